@@ -1,0 +1,37 @@
+# The two commands that must work on a fresh Debian machine:
+#   make demo   install what is missing, build, train the reference MLP
+#   make test   install what is missing, build, run the whole test suite
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build demo test test-asan bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > /dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/gradmesh train examples/mlp.toml
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The malformed-input and unit tests again under AddressSanitizer + UBSan (CI runs this too).
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRADMESH_SANITIZE=ON $(CMAKE_FLAGS) > /dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L asan
+
+bench: build
+	@scripts/install-deps.sh --bench
+	bench/engine.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,53 @@
+#include "gradmesh/core/env.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh {
+
+const std::vector<EnvVar>& env_registry() {
+  static const std::vector<EnvVar> vars = {
+      {"GRADMESH_DEBUG", "INFO", "Log level: ERROR, WARN, INFO or TRACE. Logs go to stderr, prefixed with the rank."},
+      {"GRADMESH_NUM_THREADS", "", "Compute threads (BLAS and elementwise kernels) when the config's train.threads is 0. Empty: all cores."},
+      {"GRADMESH_ALLOC_CACHE", "1", "Reuse freed tensor storage of the same size (0 turns the cache off, e.g. for memory debugging)."},
+      {"GRADMESH_DATA_DIR", "/usr/share/datasets/fashion-mnist", "Where data.dir defaults to: the Fashion-MNIST IDX files (Debian package dataset-fashion-mnist)."},
+      {"GRADMESH_PROGRESS", "auto", "Progress output: auto (a bar on a terminal, periodic lines otherwise), bar, lines or off."},
+  };
+  return vars;
+}
+
+static const EnvVar& find_var(const char* name) {
+  for (const EnvVar& var : env_registry())
+    if (std::strcmp(var.name, name) == 0) return var;
+  throw_error(ErrorKind::kInternal, "env", std::string("undeclared environment variable ") + name);
+}
+
+std::string env_string(const char* name) {
+  const EnvVar& var = find_var(name);
+  const char* value = std::getenv(var.name);
+  return value ? value : var.default_value;
+}
+
+bool env_flag(const char* name, bool fallback) {
+  find_var(name);
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return fallback;
+  std::string value(raw);
+  std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  throw_error(ErrorKind::kUsage, std::string("environment variable ") + name,
+              "expected 1/0, true/false, yes/no or on/off, got '" + std::string(raw) + "'");
+}
+
+std::string env_markdown() {
+  std::string out = "| variable | default | meaning |\n|---|---|---|\n";
+  for (const EnvVar& var : env_registry())
+    out += std::string("| `") + var.name + "` | `" + var.default_value + "` | " + var.doc + " |\n";
+  return out;
+}
+
+}  // namespace gradmesh

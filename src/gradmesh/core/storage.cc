@@ -1,0 +1,81 @@
+#include "gradmesh/core/storage.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "gradmesh/core/env.h"
+
+namespace gradmesh {
+namespace {
+
+// Above this many parked bytes, released blocks go straight back to the OS:
+// the cache must never turn a changing workload into unbounded memory.
+constexpr size_t kMaxCachedBytes = size_t{2} << 30;
+
+struct FreeList {
+  std::mutex mutex;
+  std::unordered_map<size_t, std::vector<void*>> blocks;
+  size_t cached_bytes = 0;
+  bool enabled = env_flag("GRADMESH_ALLOC_CACHE", true);
+};
+
+FreeList& free_list() {
+  static FreeList* list = new FreeList();  // never destroyed: tensors may outlive static teardown
+  return *list;
+}
+
+size_t round_up(size_t bytes) {
+  const size_t b = bytes == 0 ? kTensorAlignment : bytes;
+  return (b + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
+
+}  // namespace
+
+Storage::Storage(size_t bytes) : data_(nullptr), bytes_(round_up(bytes)) {
+  FreeList& list = free_list();
+  if (list.enabled) {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    auto it = list.blocks.find(bytes_);
+    if (it != list.blocks.end() && !it->second.empty()) {
+      data_ = it->second.back();
+      it->second.pop_back();
+      list.cached_bytes -= bytes_;
+      return;
+    }
+  }
+  data_ = std::aligned_alloc(kTensorAlignment, bytes_);
+  if (data_ == nullptr) throw std::bad_alloc();
+}
+
+Storage::~Storage() {
+  FreeList& list = free_list();
+  if (list.enabled) {
+    std::lock_guard<std::mutex> lock(list.mutex);
+    if (list.cached_bytes + bytes_ <= kMaxCachedBytes) {
+      list.blocks[bytes_].push_back(data_);
+      list.cached_bytes += bytes_;
+      return;
+    }
+  }
+  std::free(data_);
+}
+
+size_t storage_cached_bytes() {
+  FreeList& list = free_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  return list.cached_bytes;
+}
+
+void storage_release_cache() {
+  FreeList& list = free_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  for (auto& [bytes, blocks] : list.blocks)
+    for (void* block : blocks) std::free(block);
+  list.blocks.clear();
+  list.cached_bytes = 0;
+}
+
+}  // namespace gradmesh

@@ -1,0 +1,96 @@
+#include "gradmesh/core/thread_pool.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace gradmesh {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+int ThreadPool::chunks_for(int64_t count, int64_t grain) const {
+  if (count <= 0) return 0;
+  const int64_t by_grain = std::max<int64_t>(1, count / std::max<int64_t>(grain, 1));
+  return static_cast<int>(std::min<int64_t>(threads(), by_grain));
+}
+
+static void chunk_range(int64_t begin, int64_t end, int chunks, int chunk, int64_t& lo, int64_t& hi) {
+  const int64_t count = end - begin;
+  lo = begin + count * chunk / chunks;
+  hi = begin + count * (chunk + 1) / chunks;
+}
+
+void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
+                              const std::function<void(int, int64_t, int64_t)>& fn) {
+  const int chunks = chunks_for(end - begin, grain);
+  if (chunks == 0) return;
+  if (chunks == 1) {
+    fn(0, begin, end);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    begin_ = begin;
+    end_ = end;
+    chunks_ = chunks;
+    pending_ = chunks - 1;
+    ++generation_;
+  }
+  wake_.notify_all();
+  int64_t lo, hi;
+  chunk_range(begin, end, chunks, 0, lo, hi);
+  fn(0, lo, hi);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [this] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    if (stopping_) return;
+    seen = generation_;
+    if (index >= chunks_) continue;  // this job needs fewer threads
+    const auto* job = job_;
+    int64_t lo, hi;
+    chunk_range(begin_, end_, chunks_, index, lo, hi);
+    lock.unlock();
+    (*job)(index, lo, hi);
+    lock.lock();
+    if (--pending_ == 0) done_.notify_one();
+  }
+}
+
+namespace {
+std::unique_ptr<ThreadPool>& pool_slot() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+int g_threads = 1;
+}  // namespace
+
+ThreadPool& compute_pool() {
+  auto& slot = pool_slot();
+  if (!slot) slot = std::make_unique<ThreadPool>(g_threads);
+  return *slot;
+}
+
+void resize_compute_pool(int threads) {
+  g_threads = std::max(threads, 1);
+  pool_slot().reset();
+}
+
+}  // namespace gradmesh
