@@ -1,2 +1,69 @@
+// gradmesh: the one executable. Parses the command line and dispatches to cli/commands.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
-int main() { std::puts("gradmesh"); return 0; }
+#include <exception>
+
+#include "gradmesh/cli/commands.h"
+#include "gradmesh/config.h"
+#include "gradmesh/core/error.h"
+
+namespace {
+
+constexpr const char* kDescription =
+    "gradmesh trains and serves neural networks across cores, processes and machines.\n"
+    "Docs: README.md, docs/config.md (every config key), docs/env.md (environment variables).";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{kDescription, "gradmesh"};
+  app.set_version_flag("--version", "gradmesh " GRADMESH_VERSION);
+  app.require_subcommand(1);
+
+  std::string config_path, weights, inspect_path;
+  std::vector<std::string> overrides;
+
+  CLI::App* train = app.add_subcommand("train", "Train the model a TOML config describes");
+  train->add_option("config", config_path, "Config file (see docs/config.md)")->required();
+  train->add_option("--set", overrides, "Override a config key, e.g. --set optim.lr=0.1 (repeatable)")
+      ->type_name("KEY=VALUE");
+
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate weights on the config's test set");
+  eval->add_option("config", config_path, "Config file (model and data sections are used)")->required();
+  eval->add_option("--weights", weights, "A safetensors file, e.g. runs/<id>/model.safetensors")->required();
+  eval->add_option("--set", overrides, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+
+  CLI::App* inspect = app.add_subcommand("inspect", "List the tensors and metadata of a safetensors file");
+  inspect->add_option("file", inspect_path, "A .safetensors file")->required();
+
+  CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
+  CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
+  CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
+  docs->require_subcommand(1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 returns 0 for --help/--version and 106-ish codes for usage errors; usage errors exit 2.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*train) return gradmesh::cli::run_train(config_path, overrides);
+    if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
+    if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
+    if (*docs_config) return gradmesh::cli::run_config_docs();
+    if (*docs_env) return gradmesh::cli::run_env_docs();
+  } catch (const gradmesh::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gradmesh: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gradmesh: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,51 @@
+#include "gradmesh/autograd/ops.h"
+#include "gradmesh/autograd/tape.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/kernels/gemm.h"
+
+namespace gradmesh::autograd {
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias, Activation act) {
+  const Shape& ws = weight.shape();
+  if (x.value().ndim() != 2 || ws.size() != 2 || x.shape()[1] != ws[1] ||
+      (bias.defined() && (bias.value().ndim() != 1 || bias.shape()[0] != ws[0])))
+    throw_error(ErrorKind::kShape, "linear",
+                "input " + shape_str(x.shape()) + ", weight " + shape_str(ws) +
+                    (bias.defined() ? ", bias " + shape_str(bias.shape()) : "") +
+                    " (expected input [B, in], weight [out, in], bias [out])");
+  if (act != Activation::kNone && act != Activation::kRelu)
+    throw_error(ErrorKind::kInternal, "linear", "only ReLU is fused");
+  const int64_t batch = x.shape()[0], in = ws[1], out = ws[0];
+  Tensor y = Tensor::empty({batch, out});
+  kernels::gemm(false, true, batch, out, in, 1.0f, x.value().data(), in, weight.value().data(), in, 0.0f, y.data(),
+                out);
+  if (bias.defined() || act != Activation::kNone)
+    kernels::bias_rows_forward(y.data(), bias.defined() ? bias.value().data() : nullptr, batch, out, act);
+  Variable result(std::move(y));
+  if (!should_record({&x, &weight, &bias})) return result;
+
+  auto xs = x.state(), wst = weight.state(), bs = bias.state(), ys = result.state();
+  std::vector<std::shared_ptr<VariableState>> inputs{xs, wst};
+  if (bs) inputs.push_back(bs);
+  current_tape().record(std::move(inputs), ys, [=] {
+    float* dy = ys->grad.data();  // [batch, out]; dead after this op, so the ReLU mask is applied in place
+    if (act == Activation::kRelu) kernels::relu_mask_inplace(dy, ys->value.data(), batch * out);
+    if (wst->requires_grad) {  // dW [out, in] = dY^T X
+      GradTarget t = grad_target(*wst);
+      kernels::gemm(true, false, out, in, batch, 1.0f, dy, out, xs->value.data(), in, t.accumulate ? 1.0f : 0.0f,
+                    t.data, in);
+    }
+    if (bs && bs->requires_grad) {
+      GradTarget t = grad_target(*bs);
+      kernels::column_sums(dy, batch, out, t.data, t.accumulate);
+    }
+    if (xs->requires_grad) {  // dX [batch, in] = dY W
+      GradTarget t = grad_target(*xs);
+      kernels::gemm(false, false, batch, in, out, 1.0f, dy, out, wst->value.data(), in, t.accumulate ? 1.0f : 0.0f,
+                    t.data, in);
+    }
+  });
+  return result;
+}
+
+}  // namespace gradmesh::autograd

@@ -1,0 +1,68 @@
+// The tape: ops in the order they ran, replayed backwards.
+//
+// Each recorded op holds its inputs, its output and a backward closure that
+// reads the output's gradient and writes its inputs' gradients. Running the
+// closures in reverse order is a valid topological order because an op can
+// only read Variables that existed before it ran.
+//
+// "Gradient final" events: every parameter counts the recorded ops that read
+// it. When the last of them has run backward, the parameter's gradient can
+// no longer change, and backward() calls the hook with its index at once —
+// while earlier layers are still being differentiated. The data-parallel
+// reducer starts the all-reduce of a bucket from this event.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gradmesh/autograd/variable.h"
+
+namespace gradmesh::autograd {
+
+using GradReadyHook = std::function<void(int param_index)>;
+
+class Tape {
+ public:
+  // Records an op. `inputs` are the Variables whose gradients `backward` may write.
+  void record(std::vector<std::shared_ptr<VariableState>> inputs, std::shared_ptr<VariableState> output,
+              std::function<void()> backward);
+
+  // d(loss)/d(loss) = 1, then every recorded op backwards. `hook` (may be empty)
+  // fires once per parameter whose gradient became final. Clears the tape.
+  // REQUIRES: loss is a scalar recorded on this tape.
+  void backward(const Variable& loss, const GradReadyHook& hook = {});
+
+  void clear();
+  size_t size() const { return ops_.size(); }
+
+ private:
+  struct Op {
+    std::vector<std::shared_ptr<VariableState>> inputs;
+    std::shared_ptr<VariableState> output;
+    std::function<void()> backward;
+  };
+  std::vector<Op> ops_;
+};
+
+// The tape ops record on (thread-local; one per training thread).
+Tape& current_tape();
+
+// Whether ops record at all (false inside a NoGradGuard: evaluation).
+bool grad_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when an op with these inputs must record (grad enabled and any input requires grad).
+bool should_record(std::initializer_list<const Variable*> inputs);
+
+}  // namespace gradmesh::autograd

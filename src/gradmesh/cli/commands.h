@@ -1,0 +1,16 @@
+// The `gradmesh` subcommands. Each one parses nothing itself: main.cc owns the
+// command line; these run the work and return the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradmesh::cli {
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides);
+int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights);
+int run_inspect(const std::string& path);
+int run_env_docs();
+int run_config_docs();
+
+}  // namespace gradmesh::cli

@@ -1,0 +1,56 @@
+#include "gradmesh/kernels/gemm.h"
+
+#include <cblas.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gradmesh/core/thread_pool.h"
+
+namespace gradmesh::kernels {
+
+namespace {
+std::atomic<uint64_t> g_flops{0};
+}  // namespace
+
+uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  g_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = trans_a ? a[p * lda + i] : a[i * lda + p];
+        const double bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+        sum += av * bv;
+      }
+      const double prior = beta == 0.0f ? 0.0 : static_cast<double>(beta) * c[i * ldc + j];
+      c[i * ldc + j] = static_cast<float>(alpha * sum + prior);
+    }
+  }
+}
+
+namespace {
+int g_threads = 1;
+}
+
+void set_num_threads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  g_threads = threads;
+  openblas_set_num_threads(threads);
+  resize_compute_pool(threads);
+}
+
+int num_threads() { return g_threads; }
+
+}  // namespace gradmesh::kernels

@@ -1,0 +1,28 @@
+// Matrix multiply through OpenBLAS, and the plain reference it is tested against.
+//
+// All matrices are row-major. Transposes are passed to BLAS as flags rather
+// than materialised, so backward passes (dW = dY^T X, dX = dY W) never copy.
+#pragma once
+
+#include <cstdint>
+
+namespace gradmesh::kernels {
+
+// C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C.
+// op(A) = A^T when trans_a (A stored [k, m]); same for B. beta == 0 ignores C's contents (may be NaN).
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Same contract, triple loop in double precision: the oracle for tests.
+void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Floating-point operations (2*m*n*k per call) issued through gemm() by this
+// process so far: the numerator of a step's achieved GFLOP/s.
+uint64_t gemm_flops();
+
+// Threads used by BLAS and by gradmesh's own kernels (0 = all cores).
+void set_num_threads(int threads);
+int num_threads();
+
+}  // namespace gradmesh::kernels

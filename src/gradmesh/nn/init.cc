@@ -1,0 +1,43 @@
+#include "gradmesh/nn/init.h"
+
+#include <cmath>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/core/rng.h"
+
+namespace gradmesh::nn {
+
+InitKind parse_weight_init(const std::string& name) {
+  if (name == "default") return InitKind::kPytorchDefault;
+  if (name == "kaiming_normal") return InitKind::kKaimingNormal;
+  if (name == "kaiming_uniform") return InitKind::kKaimingUniform;
+  if (name == "xavier_uniform") return InitKind::kXavierUniform;
+  if (name == "xavier_normal") return InitKind::kXavierNormal;
+  throw_error(ErrorKind::kConfig, "model.init",
+              "expected default, kaiming_normal, kaiming_uniform, xavier_uniform or xavier_normal, got '" + name + "'");
+}
+
+void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_index) {
+  const CounterRng rng(seed, RngPurpose::kInit, param_index);
+  float* data = t.data();
+  const int64_t n = t.numel();
+  const double fan_in = static_cast<double>(spec.fan_in), fan_sum = static_cast<double>(spec.fan_in + spec.fan_out);
+  auto fill_uniform = [&](double bound) {
+    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>((2.0 * rng.uniform(i) - 1.0) * bound);
+  };
+  auto fill_normal = [&](double std) {
+    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(rng.normal(i) * std);
+  };
+  switch (spec.kind) {
+    case InitKind::kPytorchDefault: fill_uniform(1.0 / std::sqrt(fan_in)); return;
+    case InitKind::kKaimingNormal: fill_normal(std::sqrt(2.0 / fan_in)); return;
+    case InitKind::kKaimingUniform: fill_uniform(std::sqrt(6.0 / fan_in)); return;
+    case InitKind::kXavierUniform: fill_uniform(std::sqrt(6.0 / fan_sum)); return;
+    case InitKind::kXavierNormal: fill_normal(std::sqrt(2.0 / fan_sum)); return;
+    case InitKind::kNormal: fill_normal(1.0); return;
+    case InitKind::kZeros: t.fill(0.0f); return;
+    case InitKind::kOnes: t.fill(1.0f); return;
+  }
+}
+
+}  // namespace gradmesh::nn

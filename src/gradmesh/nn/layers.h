@@ -1,0 +1,131 @@
+// The layers, with PyTorch's parameter shapes and names.
+#pragma once
+
+#include "gradmesh/autograd/ops.h"
+#include "gradmesh/nn/module.h"
+
+namespace gradmesh::nn {
+
+using autograd::Activation;
+
+// y = x W^T + b. weight [out, in], bias [out]. A following ReLU can be fused in (Sequential does it).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, InitKind init = InitKind::kPytorchDefault);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+  void fuse_activation(Activation act) { fused_ = act; }
+  Activation fused_activation() const { return fused_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  Parameter* weight_;  // [out, in]
+  Parameter* bias_;    // [out] or null
+  Activation fused_ = Activation::kNone;
+};
+
+// weight [OC, C, K, K], bias [OC]; input [N, C, H, W].
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true, InitKind init = InitKind::kPytorchDefault);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+  void fuse_activation(Activation act) { fused_ = act; }
+  Activation fused_activation() const { return fused_; }
+
+ private:
+  int64_t in_, out_, kernel_, stride_, padding_;
+  Parameter* weight_;
+  Parameter* bias_;
+  Activation fused_ = Activation::kNone;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0 /* 0 = kernel */, int64_t padding = 0);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+
+// ReLU, GELU (exact, erf) and Tanh.
+class ActivationLayer : public Module {
+ public:
+  explicit ActivationLayer(Activation act) : act_(act) {}
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+  Activation activation() const { return act_; }
+
+ private:
+  Activation act_;
+};
+
+// Zeroes each element with probability p while training (scaling the rest by 1/(1-p)).
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+  // Distinguishes the masks of several dropout layers in one step (set by Model).
+  void set_layer_key(uint64_t key) { layer_key_ = key; }
+
+ private:
+  float p_;
+  uint64_t layer_key_ = 0;
+};
+
+// Normalises the last dimension; weight [dim] (ones), bias [dim] (zeros).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+
+ private:
+  int64_t dim_;
+  float eps_;
+  Parameter* weight_;
+  Parameter* bias_;
+};
+
+// weight [rows, dim] ~ N(0, 1). forward() reads token ids from x's float
+// values (exact below 2^24) and returns [numel(x), dim]; lookup() takes ids directly.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t rows, int64_t dim);
+  Variable forward(const Variable& x) override;
+  Variable lookup(const std::vector<int64_t>& ids);
+  std::string describe() const override;
+
+ private:
+  int64_t rows_, dim_;
+  Parameter* weight_;
+};
+
+// [N, ...] -> [N, prod(...)]
+class Flatten : public Module {
+ public:
+  Variable forward(const Variable& x) override;
+  std::string describe() const override { return "Flatten()"; }
+};
+
+// Children named "0", "1", ... run in order. fuse_activations() folds each
+// ReLU that directly follows a Linear or Conv2d into that layer's epilogue
+// (one pass over the output instead of two); names and results are unchanged.
+class Sequential : public Module {
+ public:
+  Sequential& add(std::unique_ptr<Module> layer);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override { return "Sequential"; }
+  void fuse_activations();
+
+ private:
+  std::vector<bool> skipped_;
+};
+
+}  // namespace gradmesh::nn

@@ -1,0 +1,103 @@
+#include "gradmesh/nn/model.h"
+
+#include <map>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/nn/layers.h"
+
+namespace gradmesh::nn {
+
+Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root)) {
+  std::vector<std::pair<std::string, Parameter*>> named;
+  root_->collect_parameters("", named);
+  int64_t total = 0;
+  for (auto& [name, param] : named) {
+    const int64_t n = shape_numel(param->shape);
+    info_.push_back({name, param->shape, total, n});
+    params_.push_back(param);
+    total += n;
+  }
+  flat_params_ = Tensor::empty({total});
+  flat_grads_ = Tensor::zeros({total});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    Tensor value = flat_params_.slice_flat(info_[i].offset, p.shape);
+    initialize(value, p.init, seed, i);
+    p.var = Variable(value, /*requires_grad=*/true);
+    p.var.state()->grad = flat_grads_.slice_flat(info_[i].offset, p.shape);
+    p.var.state()->param_index = static_cast<int>(i);
+  }
+  std::vector<Module*> modules;
+  root_->collect_modules(modules);
+  uint64_t dropout_key = 0;
+  for (Module* m : modules)
+    if (auto* d = dynamic_cast<Dropout*>(m)) d->set_layer_key(dropout_key++);
+}
+
+void Model::zero_grad() {
+  for (Parameter* p : params_) p->var.state()->grad_written = false;
+}
+
+void Model::backward(const Variable& loss, const autograd::GradReadyHook& hook) {
+  auto finish = [this, &hook](int index) {
+    // An op whose output got no gradient skips its backward, so a parameter
+    // can become final without having been written: its gradient is zero.
+    autograd::VariableState& s = *params_[index]->var.state();
+    if (!s.grad_written) {
+      s.grad.zero();
+      s.grad_written = true;
+    }
+    if (hook) hook(index);
+  };
+  std::vector<bool> fired(params_.size(), false);
+  autograd::current_tape().backward(loss, [&](int index) {
+    fired[index] = true;
+    finish(index);
+  });
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!fired[i]) finish(static_cast<int>(i));
+}
+
+std::vector<std::pair<std::string, Tensor>> Model::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(info_[i].name, params_[i]->var.value());
+  return out;
+}
+
+void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : tensors) by_name[name] = &t;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParameterInfo& info = info_[i];
+    auto it = by_name.find(info.name);
+    if (it == by_name.end())
+      throw_error(ErrorKind::kFormat, source, "missing tensor '" + info.name + "' " + shape_str(info.shape) +
+                                                  " that the model needs");
+    if (it->second->shape() != info.shape)
+      throw_error(ErrorKind::kFormat, source, "tensor '" + info.name + "' has shape " +
+                                                  shape_str(it->second->shape()) + ", the model expects " +
+                                                  shape_str(info.shape));
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    throw_error(ErrorKind::kFormat, source,
+                "tensor '" + by_name.begin()->first + "' is not a parameter of this model (" +
+                    std::to_string(by_name.size()) + " unexpected tensor(s); check model.kind and layer sizes)");
+  // Copy only after every check passed, so a bad file never leaves half-loaded weights.
+  for (const auto& [name, t] : tensors) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (info_[i].name != name) continue;
+      Tensor& dst = params_[i]->var.value();
+      dst.copy_from(t.dtype() == DType::kF32 ? t : t.to(DType::kF32));
+    }
+  }
+}
+
+std::string Model::summary() {
+  std::string out;
+  for (const auto& [name, child] : root_->children()) out += "  (" + name + "): " + child->describe() + "\n";
+  out += "parameters: " + std::to_string(num_parameters()) + " in " + std::to_string(info_.size()) + " tensors\n";
+  return out;
+}
+
+}  // namespace gradmesh::nn

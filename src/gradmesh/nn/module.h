@@ -1,0 +1,64 @@
+// Module: a layer or a container of layers with named parameters.
+//
+// Parameter names follow PyTorch's state_dict: a child's parameters are
+// prefixed with the child's name ("1.weight", "blocks.3.attn.qkv.bias"), so
+// weights move between gradmesh and PyTorch unchanged. A module declares its
+// parameters (shape + init) when constructed; nn::Model then places them all
+// in one flat buffer and initialises them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradmesh/autograd/variable.h"
+#include "gradmesh/nn/init.h"
+
+namespace gradmesh::nn {
+
+using autograd::Variable;
+
+struct Parameter {
+  Shape shape;
+  InitSpec init;
+  Variable var;  // bound by nn::Model to a view of its flat buffer
+};
+
+// Per-step values that some layers need (dropout masks), set by the trainer.
+struct ForwardContext {
+  uint64_t seed = 0;
+  uint64_t step = 0;          // global optimizer step
+  int64_t first_sample = 0;   // global index (within the global batch) of this rank's first row
+};
+ForwardContext& forward_context();
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Variable forward(const Variable& x) = 0;
+  // One line describing the layer, PyTorch style: "Linear(in_features=784, out_features=512)".
+  virtual std::string describe() const = 0;
+
+  // Appends (full name, parameter) in registration order, depth first.
+  void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Parameter*>>& out);
+  // Appends every module in the tree, depth first (this one first).
+  void collect_modules(std::vector<Module*>& out);
+
+  void set_training(bool training);
+  bool training() const { return training_; }
+
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
+
+ protected:
+  Parameter& add_parameter(const std::string& name, const Shape& shape, const InitSpec& init);
+  Module& add_child(const std::string& name, std::unique_ptr<Module> child);
+
+ private:
+  std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace gradmesh::nn

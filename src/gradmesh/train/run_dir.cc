@@ -1,0 +1,40 @@
+#include "gradmesh/train/run_dir.h"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <system_error>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::train {
+
+std::string new_run_id() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  // Only names the directory; training randomness never comes from here.
+  std::random_device device;
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%04x", device() & 0xffffu);
+  return std::string(stamp) + "-" + suffix;
+}
+
+std::string create_run_dir(const std::string& parent, const std::string& id) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(parent) / id;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw_error(ErrorKind::kIo, parent, "cannot create the output directory: " + ec.message());
+  if (!fs::create_directory(dir, ec)) {
+    if (ec) throw_error(ErrorKind::kIo, dir.string(), "cannot create the run directory: " + ec.message());
+    throw_error(ErrorKind::kConfig, dir.string(),
+                "run directory already exists; choose another output.run_id or remove it");
+  }
+  return dir.string();
+}
+
+}  // namespace gradmesh::train
