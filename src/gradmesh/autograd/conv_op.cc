@@ -44,14 +44,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
                                            dycol);
     if (bs && bs->requires_grad) {
       GradTarget t = grad_target(*bs);
-      if (!t.accumulate)
-        for (int64_t oc = 0; oc < g.out_channels; ++oc) t.data[oc] = 0.0f;
-      for (int64_t oc = 0; oc < g.out_channels; ++oc) {
-        float sum = 0;
-        const float* row = dycol + oc * cols;
-        for (int64_t i = 0; i < cols; ++i) sum += row[i];
-        t.data[oc] += sum;
-      }
+      kernels::row_sums(dycol, g.out_channels, cols, t.data, t.accumulate);
     }
     if (wst->requires_grad) {  // dW [OC, C*KH*KW] = dYcol * col^T
       GradTarget t = grad_target(*wst);

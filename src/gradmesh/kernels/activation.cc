@@ -98,6 +98,21 @@ void column_sums(const float* x, int64_t rows, int64_t cols, float* out, bool ac
   }
 }
 
+void row_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate) {
+  constexpr int64_t kLanes = 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict row = x + r * cols;
+    float lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= cols; i += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += row[i + l];
+    float sum = 0;
+    for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; i < cols; ++i) sum += row[i];
+    out[r] = accumulate ? out[r] + sum : sum;
+  }
+}
+
 void add_into(float* y, const float* x, int64_t n, bool accumulate) {
   if (accumulate) {
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];

@@ -29,6 +29,10 @@ void relu_mask_inplace(float* dy, const float* y, int64_t n);
 // out[c] (+)= sum over rows of x[r, c]  (bias gradient of a Linear).
 void column_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate);
 
+// out[r] (+)= sum of row r of x [rows, cols] (bias gradient of a Conv2d from its [OC, N*OH*OW] gradient).
+// Sums in 16 interleaved lanes so the loop vectorises; the order is fixed, so results are deterministic.
+void row_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate);
+
 // y (+)= x  /  y = alpha * y
 void add_into(float* y, const float* x, int64_t n, bool accumulate);
 void scale_inplace(float* y, float alpha, int64_t n);

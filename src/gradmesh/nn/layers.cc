@@ -62,11 +62,11 @@ MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
   require_positive("MaxPool2d", "kernel_size", kernel);
 }
 
-Variable MaxPool2d::forward(const Variable& x) { return autograd::max_pool2d(x, kernel_, stride_, padding_); }
+Variable MaxPool2d::forward(const Variable& x) { return autograd::max_pool2d(x, kernel_, stride_, padding_, fused_); }
 
 std::string MaxPool2d::describe() const {
   return "MaxPool2d(kernel_size=" + std::to_string(kernel_) + ", stride=" + std::to_string(stride_) +
-         ", padding=" + std::to_string(padding_) + ")";
+         ", padding=" + std::to_string(padding_) + ")" + (fused_ == Activation::kRelu ? " + fused ReLU" : "");
 }
 
 Variable ActivationLayer::forward(const Variable& x) { return autograd::activation(x, act_); }
@@ -141,16 +141,20 @@ Variable Sequential::forward(const Variable& x) {
 }
 
 void Sequential::fuse_activations() {
-  for (size_t i = 0; i + 1 < children().size(); ++i) {
-    auto* act = dynamic_cast<ActivationLayer*>(children()[i + 1].second.get());
+  for (size_t i = 0; i < children().size(); ++i) {
+    auto* act = dynamic_cast<ActivationLayer*>(children()[i].second.get());
     if (act == nullptr || act->activation() != Activation::kRelu || skipped_[i]) continue;
-    Module* layer = children()[i].second.get();
-    if (auto* linear = dynamic_cast<Linear*>(layer); linear && linear->fused_activation() == Activation::kNone) {
+    Module* next = i + 1 < children().size() ? children()[i + 1].second.get() : nullptr;
+    Module* prev = i > 0 && !skipped_[i - 1] ? children()[i - 1].second.get() : nullptr;
+    if (auto* pool = dynamic_cast<MaxPool2d*>(next); pool && pool->fused_activation() == Activation::kNone) {
+      pool->fuse_activation(Activation::kRelu);
+      skipped_[i] = true;
+    } else if (auto* linear = dynamic_cast<Linear*>(prev); linear && linear->fused_activation() == Activation::kNone) {
       linear->fuse_activation(Activation::kRelu);
-      skipped_[i + 1] = true;
-    } else if (auto* conv = dynamic_cast<Conv2d*>(layer); conv && conv->fused_activation() == Activation::kNone) {
+      skipped_[i] = true;
+    } else if (auto* conv = dynamic_cast<Conv2d*>(prev); conv && conv->fused_activation() == Activation::kNone) {
       conv->fuse_activation(Activation::kRelu);
-      skipped_[i + 1] = true;
+      skipped_[i] = true;
     }
   }
 }
