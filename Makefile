@@ -31,7 +31,7 @@ test-asan: deps
 
 bench: build
 	@scripts/install-deps.sh --bench
-	bench/engine.sh
+	python3 bench/engine.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

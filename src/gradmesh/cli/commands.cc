@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "gradmesh/bench/gemm_bench.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/kernels/gemm.h"
@@ -42,6 +43,17 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
 
 int run_inspect(const std::string& path) {
   std::fputs(checkpoint::describe_safetensors(checkpoint::read_safetensors(path)).c_str(), stdout);
+  return 0;
+}
+
+int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {
+  const bench::GemmBenchResult r = bench::bench_sgemm(n, threads, repeats);
+  if (json)
+    std::printf("{\"n\":%lld,\"threads\":%d,\"seconds\":%.6f,\"gflops\":%.2f}\n", static_cast<long long>(r.n),
+                r.threads, r.seconds_median, r.gflops);
+  else
+    std::printf("sgemm n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d)\n", static_cast<long long>(r.n), r.threads,
+                r.seconds_median * 1e3, r.gflops, repeats);
   return 0;
 }
 

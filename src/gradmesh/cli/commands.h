@@ -2,6 +2,7 @@
 // command line; these run the work and return the process exit code.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights);
 int run_inspect(const std::string& path);
 int run_env_docs();
+int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
 int run_config_docs();
 
 }  // namespace gradmesh::cli

@@ -37,6 +37,17 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "List the tensors and metadata of a safetensors file");
   inspect->add_option("file", inspect_path, "A .safetensors file")->required();
 
+  CLI::App* bench = app.add_subcommand("bench", "Measure this machine");
+  bench->require_subcommand(1);
+  CLI::App* bench_gemm = bench->add_subcommand("gemm", "OpenBLAS sgemm GFLOP/s on n x n matrices");
+  int64_t gemm_n = 2048;
+  int gemm_threads = 1, gemm_repeats = 5;
+  bool gemm_json = false;
+  bench_gemm->add_option("--n", gemm_n, "Matrix size")->capture_default_str()->check(CLI::Range(1, 16384));
+  bench_gemm->add_option("--threads", gemm_threads, "BLAS threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  bench_gemm->add_option("--repeats", gemm_repeats, "Timed multiplies (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  bench_gemm->add_flag("--json", gemm_json, "One JSON object instead of a sentence");
+
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
   CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
@@ -54,6 +65,7 @@ int main(int argc, char** argv) {
     if (*train) return gradmesh::cli::run_train(config_path, overrides);
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
+    if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
   } catch (const gradmesh::Error& e) {

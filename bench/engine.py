@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Engine benchmark: gradmesh against PyTorch on the reference workloads, side by side.
+
+Runs each pair A B A B ... (alternating, same machine, same moment) and reports
+medians and the ratio ours / anchor. Also measures OpenBLAS sgemm in the same run
+and reports the MLP's achieved GEMM GFLOP/s at batch 512 as a fraction of it.
+
+usage: bench/engine.py [--runs N] [--anchors DIR] [--only mlp1,mlp2,cnn1,cnn2,gemm]
+"""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRADMESH = os.path.join(ROOT, "build", "gradmesh")
+
+
+def run(cmd, env=None):
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if out.returncode != 0:
+        sys.exit(f"benchmark command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}")
+    return out.stdout
+
+
+def ours(kind, threads, batch=128, epochs=1):
+    with tempfile.TemporaryDirectory() as tmp:
+        run([GRADMESH, "train", os.path.join(ROOT, "examples", f"{kind}.toml"), "--set", f"train.threads={threads}",
+             "--set", f"train.batch_size={batch}", "--set", f"train.epochs={epochs}", "--set", f"output.dir={tmp}",
+             "--set", "output.save_weights=false"], env=dict(os.environ, GRADMESH_PROGRESS="off"))
+        (run_dir,) = os.listdir(tmp)
+        with open(os.path.join(tmp, run_dir, "metrics.jsonl")) as f:
+            summary = [json.loads(l) for l in f if '"summary"' in l][-1]
+    return summary["samples_per_s"], summary.get("test_accuracy", float("nan")), summary["gemm_gflops_per_s"]
+
+
+def torch(anchors, kind, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = run([sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3",
+               os.path.join(anchors, "torch_fmnist.py"), kind, "1", "128"], env=env)
+    m = re.search(r"samples/s=(\d+) test_acc=([0-9.]+)", out)
+    if not m:
+        sys.exit(f"cannot parse the anchor's output:\n{out}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def gemm_peak(threads):
+    out = json.loads(run([GRADMESH, "bench", "gemm", "--n", "2048", "--threads", str(threads), "--json"]))
+    return out["gflops"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--anchors", default=os.path.join(ROOT, "..", "shared", "anchors"))
+    p.add_argument("--only", default="mlp1,mlp2,cnn1,cnn2,gemm")
+    a = p.parse_args()
+    if not os.path.exists(os.path.join(a.anchors, "torch_fmnist.py")):
+        sys.exit(f"anchor scripts not found in {a.anchors} (pass --anchors DIR)")
+    wanted = a.only.split(",")
+    rows = []
+    for name, kind, threads, target in [("mlp1", "mlp", 1, 1.1), ("mlp2", "mlp", 2, None),
+                                         ("cnn1", "cnn", 1, 2.0), ("cnn2", "cnn", 2, None)]:
+        if name not in wanted:
+            continue
+        o, t = [], []
+        for _ in range(a.runs):
+            o.append(ours(kind, threads))
+            t.append(torch(a.anchors, kind, threads))
+        o_sps = statistics.median(x[0] for x in o)
+        t_sps = statistics.median(x[0] for x in t)
+        o_acc = statistics.median(x[1] for x in o)
+        t_acc = statistics.median(x[1] for x in t)
+        rows.append((f"{kind.upper()} {threads} thread{'s' if threads > 1 else ''}", o_sps, t_sps, o_acc, t_acc, target))
+        print(f"  {name}: ours {[round(x[0]) for x in o]} torch {[round(x[0]) for x in t]}", file=sys.stderr)
+    print(f"machine: {os.cpu_count()} cores; {a.runs} alternating runs each, medians; "
+          f"anchor: PyTorch (Debian python3-torch), OMP_NUM_THREADS = threads; ours: train.threads = threads")
+    print("| workload | gradmesh samples/s | PyTorch samples/s | ratio | target | gradmesh acc | PyTorch acc |")
+    print("|---|---|---|---|---|---|---|")
+    for label, o_sps, t_sps, o_acc, t_acc, target in rows:
+        verdict = "" if target is None else (f">= {target}x " + ("met" if o_sps / t_sps >= target else "MISSED"))
+        print(f"| {label} | {o_sps:,.0f} | {t_sps:,.0f} | {o_sps / t_sps:.2f}x | {verdict} | {o_acc:.4f} | {t_acc:.4f} |")
+    if "gemm" in wanted:
+        fr = []
+        for _ in range(a.runs):
+            peak = gemm_peak(1)
+            achieved = ours("mlp", 1, batch=512)[2]
+            fr.append((achieved, peak))
+        ach = statistics.median(x[0] for x in fr)
+        peak = statistics.median(x[1] for x in fr)
+        print()
+        print("| GEMM-bound step | achieved GFLOP/s | OpenBLAS sgemm n=2048 GFLOP/s | fraction | target |")
+        print("|---|---|---|---|---|")
+        print(f"| MLP batch 512, 1 thread | {ach:.1f} | {peak:.1f} | {ach / peak:.2f} | >= 0.6 "
+              f"{'met' if ach / peak >= 0.6 else 'MISSED'} |")
+
+
+if __name__ == "__main__":
+    main()

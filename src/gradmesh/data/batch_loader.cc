@@ -1,0 +1,154 @@
+#include "gradmesh/data/batch_loader.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/data/sample_order.h"
+
+namespace gradmesh::data {
+namespace {
+
+BatchLoaderOptions validated(BatchLoaderOptions o) {
+  if (o.global_batch < 1)
+    throw_error(ErrorKind::kConfig, "batch loader", "global_batch must be >= 1, got " + std::to_string(o.global_batch));
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world)
+    throw_error(ErrorKind::kConfig, "batch loader",
+                "need world >= 1 and 0 <= rank < world, got rank=" + std::to_string(o.rank) +
+                    " world=" + std::to_string(o.world));
+  if (o.prefetch < 1)
+    throw_error(ErrorKind::kConfig, "batch loader", "prefetch must be >= 1, got " + std::to_string(o.prefetch));
+  return o;
+}
+
+const ImageDataset& checked(const ImageDataset& d) {
+  GRADMESH_CHECK(d.count >= 0 && d.labels.size() == static_cast<size_t>(d.count) &&
+                     d.pixels.size() == static_cast<size_t>(d.count * d.sample_numel()),
+                 "ImageDataset of " + std::to_string(d.count) + " samples has " + std::to_string(d.labels.size()) +
+                     " labels and " + std::to_string(d.pixels.size()) + " pixels");
+  return d;
+}
+
+}  // namespace
+
+BatchLoader::BatchLoader(const ImageDataset& data, BatchLoaderOptions options)
+    : data_(checked(data)),
+      options_(validated(std::move(options))),
+      steps_(batches_per_epoch(data.count, options_.global_batch, options_.drop_last)),
+      producer_([this] { run(); }) {}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  producer_cv_.notify_all();
+  producer_.join();
+}
+
+void BatchLoader::skip_to(int64_t epoch, int64_t step) {
+  if (epoch < 0 || step < 0 || step > steps_)
+    throw_error(ErrorKind::kConfig, "batch loader",
+                "cannot resume at epoch " + std::to_string(epoch) + " step " + std::to_string(step) +
+                    ": epochs count from 0 and steps run 0.." + std::to_string(steps_) + " (" +
+                    std::to_string(steps_) + " = the epoch is finished)");
+  std::deque<Batch> stale;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    stale.swap(queue_);
+    done_ = false;
+    error_ = nullptr;
+    epoch_ = epoch;
+    first_step_ = step;
+  }
+  producer_cv_.notify_all();
+}
+
+bool BatchLoader::next(Batch& out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (generation_ == 0)
+    throw_error(ErrorKind::kUsage, "batch loader", "next() called before start_epoch() or skip_to()");
+  consumer_cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+  if (!queue_.empty()) {
+    out = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    producer_cv_.notify_all();
+    return true;
+  }
+  // Sticky until the next skip_to: retrying must not look like a clean end.
+  if (error_) std::rethrow_exception(error_);
+  return false;
+}
+
+void BatchLoader::run() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    producer_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    const int64_t epoch = epoch_, first_step = first_step_;
+    lock.unlock();
+    produce(seen, epoch, first_step);
+    lock.lock();
+  }
+}
+
+void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step) {
+  const auto queue_limit = static_cast<size_t>(options_.prefetch);
+  try {
+    const std::vector<int64_t> order = epoch_order(data_.count, options_.seed, epoch, options_.shuffle);
+    for (int64_t step = first_step; step < steps_; ++step) {
+      {
+        // Waiting for space before assembling bounds memory at `prefetch`
+        // queued batches plus none in flight.
+        std::unique_lock<std::mutex> lock(mutex_);
+        producer_cv_.wait(lock, [&] { return stop_ || generation_ != generation || queue_.size() < queue_limit; });
+        if (stop_ || generation_ != generation) return;
+      }
+      Batch batch = assemble(order, epoch, step);
+      if (options_.augment) options_.augment(batch);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_ || generation_ != generation) return;
+      queue_.push_back(std::move(batch));
+      consumer_cv_.notify_one();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation_ == generation) done_ = true;
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation_ == generation) {
+      error_ = std::current_exception();
+      done_ = true;
+    }
+  }
+  consumer_cv_.notify_one();
+}
+
+Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step) const {
+  const auto [global_begin, global_end] = batch_range(step, data_.count, options_.global_batch);
+  const auto [slice_begin, slice_end] = rank_slice(global_end - global_begin, options_.rank, options_.world);
+  const int64_t n = slice_end - slice_begin;
+  const int64_t numel = data_.sample_numel();
+
+  Batch batch;
+  batch.epoch = epoch;
+  batch.step_in_epoch = step;
+  batch.global_batch_len = global_end - global_begin;
+  batch.images = Tensor::empty({n, data_.channels, data_.height, data_.width});
+  batch.labels.resize(static_cast<size_t>(n));
+  batch.sample_indices.resize(static_cast<size_t>(n));
+  float* dst = batch.images.data();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t row = order[global_begin + slice_begin + k];
+    std::memcpy(dst + k * numel, data_.pixels.data() + row * numel, static_cast<size_t>(numel) * sizeof(float));
+    batch.labels[k] = data_.labels[row];
+    batch.sample_indices[k] = row;
+  }
+  return batch;
+}
+
+}  // namespace gradmesh::data

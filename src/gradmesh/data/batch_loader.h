@@ -1,0 +1,97 @@
+// Assembles this rank's slice of each global batch on a background thread.
+//
+// One producer thread walks the epoch's batch plan (sample_order.h) and copies
+// each sample's normalised pixels into a fresh batch tensor, keeping up to
+// `prefetch` finished batches in a bounded queue so the training step never
+// waits for data. The batch sequence is a pure function of (seed, epoch,
+// global_batch, drop_last, rank, world): resuming with skip_to() reproduces
+// exactly the batches an uninterrupted run would have produced.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gradmesh/core/tensor.h"
+#include "gradmesh/data/image_dataset.h"
+
+namespace gradmesh::data {
+
+struct Batch {
+  Tensor images;                        // (b, C, H, W) float32; b = this rank's slice, may be 0
+  std::vector<int32_t> labels;          // (b)
+  std::vector<int64_t> sample_indices;  // (b) dataset rows, for checks and debugging
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  // Samples in the whole global batch (all ranks): divide summed losses and
+  // gradients by this, not by b, so averaging is exact when slices are uneven.
+  int64_t global_batch_len = 0;
+};
+
+struct BatchLoaderOptions {
+  int64_t global_batch = 64;  // samples per step summed over all ranks, >= 1
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;  // skip the short final batch of each epoch
+  int rank = 0;            // 0 <= rank < world
+  int world = 1;           // >= 1
+  int prefetch = 2;        // finished batches queued ahead, >= 1
+  // Optional, runs on the producer thread on every assembled batch (e.g. data
+  // augmentation). Whatever it throws is rethrown by next().
+  std::function<void(Batch&)> augment;
+};
+
+// Not thread-safe: one consumer thread calls start_epoch/skip_to/next.
+class BatchLoader {
+ public:
+  // REQUIRES: `data` outlives the loader and is not modified while it exists.
+  // Throws kConfig for invalid options, kInternal for an inconsistent `data`.
+  BatchLoader(const ImageDataset& data, BatchLoaderOptions options);
+  // Stops and joins the producer, also in the middle of an epoch.
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // Discards whatever is queued and starts producing `epoch` from step 0.
+  void start_epoch(int64_t epoch) { skip_to(epoch, 0); }
+  // Same, starting at `step` (for resuming mid-epoch).
+  // REQUIRES: epoch >= 0, 0 <= step <= steps_per_epoch() (kConfig otherwise).
+  void skip_to(int64_t epoch, int64_t step);
+  // Blocks until the next batch of the current epoch is ready. Returns false
+  // once the epoch is exhausted; rethrows an error raised while producing
+  // (batches before the failing one are delivered first).
+  // REQUIRES: start_epoch or skip_to was called (kUsage otherwise).
+  bool next(Batch& out);
+
+  int64_t steps_per_epoch() const { return steps_; }
+  const BatchLoaderOptions& options() const { return options_; }
+
+ private:
+  void run();
+  void produce(uint64_t generation, int64_t epoch, int64_t first_step);
+  Batch assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step) const;
+
+  const ImageDataset& data_;
+  const BatchLoaderOptions options_;
+  const int64_t steps_;
+
+  std::mutex mutex_;
+  std::condition_variable producer_cv_;  // new job, queue space, or stop
+  std::condition_variable consumer_cv_;  // a batch, end of epoch, or an error
+  // Bumped by every skip_to: the producer drops work of older generations.
+  uint64_t generation_ = 0;
+  int64_t epoch_ = 0;
+  int64_t first_step_ = 0;
+  std::deque<Batch> queue_;
+  bool done_ = false;  // the producer finished the current generation
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread producer_;  // last: starts after every member above exists
+};
+
+}  // namespace gradmesh::data

@@ -1,0 +1,120 @@
+// End-to-end on the real Fashion-MNIST files: accuracy, determinism, weights
+// in and out. Skips visibly when Debian's dataset-fashion-mnist is missing.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "run_command.h"
+
+namespace gradmesh::testing {
+namespace {
+
+std::string only_run_dir(const std::string& runs) {
+  std::string found;
+  for (const auto& entry : std::filesystem::directory_iterator(runs)) {
+    EXPECT_TRUE(found.empty()) << "more than one run directory";
+    found = entry.path().string();
+  }
+  return found;
+}
+
+nlohmann::json last_of_type(const std::string& metrics_path, const std::string& type) {
+  std::ifstream in(metrics_path);
+  std::string line;
+  nlohmann::json last;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);  // every line must be valid JSON
+    if (j["type"] == type) last = j;
+  }
+  return last;
+}
+
+TEST(EndToEnd, ReferenceMlpOneEpochReachesEightyPercent) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
+  TempDir dir;
+  CommandResult r = run_gradmesh(
+      "train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string run = only_run_dir(dir.file("runs"));
+  const nlohmann::json epoch = last_of_type(run + "/metrics.jsonl", "epoch");
+  ASSERT_FALSE(epoch.is_null());
+  EXPECT_GE(epoch["test_accuracy"].get<double>(), 0.80);
+  const nlohmann::json step = last_of_type(run + "/metrics.jsonl", "step");
+  for (const char* key : {"step", "epoch", "loss", "lr", "samples_per_s", "wall_time"})
+    EXPECT_TRUE(step.contains(key)) << key;
+  EXPECT_EQ(step["step"].get<int>(), 468);  // 60000 // 128 with drop_last, as the PyTorch anchor
+  EXPECT_TRUE(std::filesystem::exists(run + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run + "/config.toml"));
+  EXPECT_NE(r.err.find("step 50/468"), std::string::npos) << "progress lines expected when not on a TTY";
+
+  // The saved weights evaluate to the same accuracy.
+  CommandResult e = run_gradmesh("eval '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --weights '" + run +
+                                     "/model.safetensors'",
+                                 dir.path());
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const nlohmann::json ev = nlohmann::json::parse(e.out);
+  EXPECT_NEAR(ev["test_accuracy"].get<double>(), epoch["test_accuracy"].get<double>(), 1e-9);
+
+  CommandResult i = run_gradmesh("inspect '" + run + "/model.safetensors'", dir.path());
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("1.weight"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("[512, 784]"), std::string::npos) << i.out;
+}
+
+TEST(EndToEnd, SameSeedGivesBitIdenticalWeights) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
+  TempDir dir;
+  const std::string common = " --set data.limit_train=2048 --set train.max_steps=20 --set train.eval_every_epoch=false"
+                             " --set model.dropout=0.1 --set train.batch_size=64";
+  // (seed, threads) per run. Bit-identity is promised for the same config; the
+  // BLAS thread count is part of it (OpenBLAS splits sums differently per thread count).
+  const std::pair<int, int> runs[] = {{0, 1}, {0, 1}, {0, 2}, {0, 2}, {1, 1}};
+  std::string files[5];
+  for (int k = 0; k < 5; ++k) {
+    CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.dir=runs" + common +
+                                       " --set train.seed=" + std::to_string(runs[k].first) + " --set train.threads=" +
+                                       std::to_string(runs[k].second) + " --set output.run_id=r" + std::to_string(k),
+                                   dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    files[k] = read_text(dir.file("runs/r" + std::to_string(k) + "/model.safetensors"));
+    ASSERT_GT(files[k].size(), 1000u);
+  }
+  EXPECT_TRUE(files[0] == files[1]) << "same seed, one thread: weights differ";
+  EXPECT_TRUE(files[2] == files[3]) << "same seed, two threads: weights differ";
+  EXPECT_TRUE(files[0] != files[4]) << "a different seed must change the weights";
+}
+
+TEST(EndToEnd, InitFromLoadsWeightsAndRejectsMismatches) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
+  TempDir dir;
+  const std::string quick = " --set data.limit_train=512 --set train.max_steps=2 --set train.eval_every_epoch=false";
+  CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=a" + quick,
+                                 dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=b --set "
+                   "train.init_from=runs/a/model.safetensors" + quick,
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=c --set model.hidden=[256] "
+                   "--set train.init_from=runs/a/model.safetensors" + quick,
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("1.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[256, 784]"), std::string::npos) << r.err;
+}
+
+TEST(EndToEnd, ExistingRunDirectoryIsNeverOverwritten) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("runs/keep"));
+  dir.write("runs/keep/model.safetensors", "precious");
+  CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=keep "
+                                 "--set data.limit_train=256 --set train.max_steps=1",
+                                 dir.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(dir.file("runs/keep/model.safetensors")), "precious");
+}
+
+}  // namespace
+}  // namespace gradmesh::testing
