@@ -115,7 +115,7 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream) {
   loader_options.seed = tc.seed;
   loader_options.shuffle = config.data.shuffle;
   loader_options.drop_last = config.data.drop_last;
-  loader_options.prefetch = static_cast<int>(std::max<int64_t>(1, config.data.prefetch));
+  loader_options.prefetch = static_cast<int>(config.data.prefetch);
   data::BatchLoader loader(train_set, loader_options);
   const int64_t steps_per_epoch = loader.steps_per_epoch();
   int64_t total_steps = steps_per_epoch * tc.epochs;

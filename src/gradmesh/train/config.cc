@@ -1,0 +1,273 @@
+// TOML -> Config. This file only turns toml++ nodes into typed KeyValues and
+// reports where they came from; what each key accepts is in config_schema.cc.
+#include "gradmesh/train/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/train/config_schema.h"
+
+namespace gradmesh::train {
+namespace {
+
+[[noreturn]] void config_error(const std::string& where, const std::string& what) {
+  throw_error(ErrorKind::kConfig, where, what);
+}
+
+std::string node_phrase(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+std::string leaf_of(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
+// A key of the same name in another section ("train.lr" -> "optim.lr") is the
+// likeliest mistake; otherwise the closest spelling.
+std::string suggest_key(const std::string& path) {
+  std::vector<std::string> paths;
+  for (const KeySpec& spec : config_schema()) {
+    if (leaf_of(spec.path) == leaf_of(path)) return spec.path;
+    paths.push_back(spec.path);
+  }
+  return closest_name(path, paths);
+}
+
+std::string unknown_key_message(const std::string& path) {
+  std::string message = "unknown key '" + path + "'";
+  std::string hint = suggest_key(path);
+  if (!hint.empty()) return message + " (did you mean '" + hint + "'?)";
+  if (path.find('.') == std::string::npos) return message + "; keys are written section.key, e.g. optim.lr";
+  return message + "; the keys are listed in docs/config.md";
+}
+
+std::string section_list() {
+  std::string out;
+  for (const SectionSpec& section : config_sections()) out += (out.empty() ? "[" : ", [") + section.name + "]";
+  return out;
+}
+
+// Reads `node` as the key's type into `*out`. Returns "" or the message tail;
+// `*suffix` names the failing array entry ("[2]").
+std::string read_node(const KeySpec& spec, const toml::node& node, KeyValue* out, std::string* suffix) {
+  // A choice key names its choices even when the type is wrong.
+  const std::string expected = spec.constraint.choices.empty() ? describe_type(spec.type) : describe_expected(spec);
+  const std::string type_error = "expected " + expected + ", got " + node_phrase(node);
+  switch (spec.type) {
+    case KeyType::kBool:
+      if (!node.is_boolean()) return type_error;
+      *out = node.as_boolean()->get();
+      return "";
+    case KeyType::kInt:
+      if (!node.is_integer()) return type_error;
+      *out = node.as_integer()->get();
+      return "";
+    case KeyType::kFloat:
+      // TOML writes 1 and 1.0 differently; a float key takes either.
+      if (node.is_integer()) *out = static_cast<double>(node.as_integer()->get());
+      else if (node.is_floating_point()) *out = node.as_floating_point()->get();
+      else return type_error;
+      return "";
+    case KeyType::kString:
+      if (!node.is_string()) return type_error;
+      *out = node.as_string()->get();
+      return "";
+    case KeyType::kIntList: {
+      const toml::array* array = node.as_array();
+      if (array == nullptr) return type_error;
+      std::vector<int64_t> list;
+      for (size_t i = 0; i < array->size(); ++i) {
+        const toml::node& entry = *array->get(i);
+        if (!entry.is_integer()) {
+          *suffix = "[" + std::to_string(i) + "]";
+          return "expected an integer, got " + node_phrase(entry);
+        }
+        list.push_back(entry.as_integer()->get());
+      }
+      *out = std::move(list);
+      return "";
+    }
+  }
+  return "";
+}
+
+// Reads, checks and stores one key. Returns "" or "<key>: expected ..., got ...".
+std::string assign(Config& config, const KeySpec& spec, const toml::node& node) {
+  KeyValue value;
+  std::string suffix;
+  std::string problem = read_node(spec, node, &value, &suffix);
+  if (problem.empty()) {
+    int64_t index = -1;
+    problem = check_value(spec, value, &index);
+    if (index >= 0) suffix = "[" + std::to_string(index) + "]";
+  }
+  if (!problem.empty()) return spec.path + suffix + ": " + problem;
+  spec.set(config, value);
+  return "";
+}
+
+struct Problem {
+  toml::source_position position;
+  std::string message;
+};
+
+void read_section(const std::string& section, const toml::table& table, Config& config,
+                  std::vector<Problem>& problems) {
+  for (auto&& [key, node] : table) {
+    std::string path = section + "." + std::string(key.str());
+    const KeySpec* spec = find_key(path);
+    if (spec == nullptr) {
+      problems.push_back({key.source().begin, unknown_key_message(path)});
+      continue;
+    }
+    std::string problem = assign(config, *spec, node);
+    if (!problem.empty()) problems.push_back({node.source().begin, problem});
+  }
+}
+
+void read_root(const toml::table& root, Config& config, std::vector<Problem>& problems) {
+  std::vector<std::string> section_names;
+  for (const SectionSpec& section : config_sections()) section_names.push_back(section.name);
+  for (auto&& [key, node] : root) {
+    std::string name(key.str());
+    if (!is_section(name)) {
+      std::string message;
+      if (node.is_table() || node.is_array_of_tables()) {
+        std::string hint = closest_name(name, section_names);
+        message = "unknown section [" + name + "]" + (hint.empty() ? "" : " (did you mean [" + hint + "]?)") +
+                  "; the sections are " + section_list();
+      } else {
+        std::string hint = suggest_key(name);
+        message = "unknown key '" + name + "' at the top level: keys belong in a section" +
+                  (hint.empty() ? " (" + section_list() + ")" : " (did you mean '" + hint + "'?)");
+      }
+      problems.push_back({key.source().begin, message});
+      continue;
+    }
+    if (!node.is_table()) {
+      problems.push_back({node.source().begin,
+                          name + ": expected a table (a [" + name + "] section), got " + node_phrase(node)});
+      continue;
+    }
+    read_section(name, *node.as_table(), config, problems);
+  }
+}
+
+// Rules that involve more than one key; same rules as PyTorch where it has one.
+void check_cross_key(const Config& config, const std::string& where) {
+  if (config.schedule.kind == "cosine" && config.schedule.min_lr > config.optim.lr)
+    config_error(where, "schedule.min_lr: expected a number <= optim.lr (" + number_text(config.optim.lr) +
+                            ") for the cosine schedule, got " + number_text(config.schedule.min_lr));
+  if (config.optim.name == "sgd" && config.optim.nesterov &&
+      (config.optim.momentum <= 0 || config.optim.dampening != 0))
+    config_error(where, "optim.nesterov: Nesterov momentum needs optim.momentum > 0 and optim.dampening = 0, got "
+                        "momentum " + number_text(config.optim.momentum) + " and dampening " +
+                            number_text(config.optim.dampening) + " (set nesterov = false or change them)");
+}
+
+std::string trim(const std::string& text) {
+  size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
+}
+
+void apply_override(Config& config, const std::string& text) {
+  const std::string where = "--set " + text;
+  size_t equals = text.find('=');
+  if (equals == std::string::npos || trim(text.substr(0, equals)).empty())
+    config_error(where, "expected key=value, e.g. --set optim.lr=0.1");
+  std::string path = trim(text.substr(0, equals));
+  std::string raw = trim(text.substr(equals + 1));
+  const KeySpec* spec = find_key(path);
+  if (spec == nullptr) {
+    if (is_section(path))
+      config_error(where, "'" + path + "' is a section; set one key of it, e.g. " + path + ".<key>=...");
+    config_error(where, unknown_key_message(path));
+  }
+  // The value is TOML (0.1, [256, 256], true, "text"). Anything else, and any
+  // unquoted value for a string key (--set model.kind=cnn), is the literal text.
+  std::optional<toml::table> parsed;
+  try {
+    parsed = toml::parse("value = " + raw + "\n", where);
+  } catch (const toml::parse_error&) {
+    // Not a TOML value: the literal text is used below.
+  }
+  const toml::node* node = parsed && parsed->size() == 1 ? parsed->get("value") : nullptr;
+  toml::value<std::string> literal(raw);
+  if (node == nullptr || (spec->type == KeyType::kString && !node->is_string())) node = &literal;
+  std::string problem = assign(config, *spec, *node);
+  if (!problem.empty()) config_error(where, problem);
+}
+
+}  // namespace
+
+Config parse_config(const std::string& toml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const toml::source_position& at = e.source().begin;
+    config_error(source_name + ":" + std::to_string(at.line) + ":" + std::to_string(at.column),
+                 "invalid TOML: " + std::string(e.description()) + " (line " + std::to_string(at.line) +
+                     ", column " + std::to_string(at.column) + ")");
+  }
+  Config config;
+  std::vector<Problem> problems;
+  read_root(root, config, problems);
+  if (!problems.empty()) {
+    // Every problem at once, in file order, so one edit fixes them all.
+    std::stable_sort(problems.begin(), problems.end(), [](const Problem& a, const Problem& b) {
+      return std::pair(a.position.line, a.position.column) < std::pair(b.position.line, b.position.column);
+    });
+    std::string message;
+    for (const Problem& problem : problems)
+      message += (message.empty() ? "" : "\n") + source_name + ": " + problem.message;
+    config_error("", message);
+  }
+  for (const std::string& override_text : overrides) apply_override(config, override_text);
+  check_cross_key(config, overrides.empty() ? source_name : source_name + " with --set overrides");
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    config_error("", "cannot open config file " + path + ": it is a directory (pass a .toml file)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) config_error("", "cannot open config file " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) config_error("", "cannot read config file " + path + ": " + std::strerror(errno));
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string config_to_toml(const Config& config) {
+  std::string out = "# gradmesh training config, fully resolved: every key, defaults included.\n";
+  for (const SectionSpec& section : config_sections()) {
+    out += "\n[" + section.name + "]\n";
+    for (const KeySpec& spec : config_schema())
+      if (spec.section == section.name) out += leaf_of(spec.path) + " = " + format_value(spec.get(config)) + "\n";
+  }
+  return out;
+}
+
+}  // namespace gradmesh::train

@@ -1,0 +1,137 @@
+// The training config: `gradmesh train CONFIG.toml [--set key=value ...]`.
+//
+// A TOML file is read into the plain structs below. Every key, its type,
+// default, allowed values and one-line meaning are declared once, in the
+// schema table (config_schema.cc); validation, the defaults these structs
+// start with, and docs/config.md (config_markdown()) all come from that table,
+// so adding a key means adding one line there and one member here.
+//
+// Values seen by the rest of gradmesh are always validated: a string key with
+// a fixed set of choices holds one of them, numbers are inside their ranges.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradmesh::train {
+
+// Each section struct's default constructor fills every member with the
+// schema default, so `ModelConfig m; m.kind = "cnn";` is a complete config.
+// Every member must have a schema key: the constructors leave no other
+// initialiser, and config_to_toml/parse_config only see keyed members.
+struct ModelConfig {
+  ModelConfig();
+  std::string kind;             // "mlp" | "cnn"
+  std::vector<int64_t> hidden;  // mlp hidden widths; empty = logistic regression
+  std::string activation;       // "relu" | "gelu" | "tanh"
+  double dropout;               // [0, 1), after each mlp hidden activation
+  std::vector<int64_t> channels;  // cnn conv output channels, >= 1 entry
+  int64_t kernel_size;          // cnn conv kernel, 1..7
+  int64_t fc_hidden;            // cnn hidden linear width
+  std::string init;             // "default" | "kaiming_normal" | "kaiming_uniform" | "xavier_uniform" | "xavier_normal"
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  DataConfig();
+  std::string dir;  // "" = $GRADMESH_DATA_DIR (see resolved_data_dir)
+  std::string train_images;
+  std::string train_labels;
+  std::string test_images;
+  std::string test_labels;
+  double scale;  // pixel = (byte * scale - mean) / std
+  double mean;
+  double std;    // > 0
+  bool shuffle;
+  bool drop_last;
+  int64_t prefetch;     // batches prepared ahead, 0 = no loader thread
+  int64_t limit_train;  // first N training samples, 0 = all
+  int64_t limit_test;   // first N test samples, 0 = all
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimConfig {
+  OptimConfig();
+  std::string name;  // "sgd" | "adamw"
+  double lr;
+  double momentum;   // sgd
+  double dampening;  // sgd
+  bool nesterov;     // sgd; requires momentum > 0 and dampening == 0
+  double weight_decay;
+  double beta1;  // adamw
+  double beta2;  // adamw
+  double eps;    // adamw
+  double clip_grad_norm;  // 0 = no clipping
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  ScheduleConfig();
+  std::string kind;  // "constant" | "step" | "cosine"
+  int64_t warmup_steps;
+  int64_t step_size;  // step
+  double gamma;       // step
+  double min_lr;      // cosine; <= optim.lr
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct TrainConfig {
+  TrainConfig();
+  int64_t epochs;
+  int64_t batch_size;   // global batch size (all ranks, all micro-steps)
+  uint64_t seed;        // TOML integers are int64, so at most 2^63 - 1
+  int64_t max_steps;    // 0 = no limit
+  int64_t accum_steps;  // micro-steps per optimizer step
+  int64_t threads;      // 0 = all cores
+  int64_t log_every;
+  bool eval_every_epoch;
+  std::string init_from;  // safetensors file, "" = random init from seed
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OutputConfig {
+  OutputConfig();
+  std::string dir;     // run directories are created under here
+  std::string run_id;  // "" = a fresh id chosen when the run starts
+  bool save_weights;
+  std::string weights_dtype;  // "F32" | "BF16"
+  bool operator==(const OutputConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  OutputConfig output;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads and parses the file at `path` (messages name it as given).
+// Throws Error(kConfig) when the file cannot be opened or is invalid.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Parses TOML text; `source_name` prefixes every message ("cfg.toml: ...").
+// `overrides` are "key=value" strings from --set, applied in order on top of
+// the file: the value is read as a TOML value (0.1, [256, 256], true,
+// "text"); a bare word that is not valid TOML, or any value for a string key
+// that is not a quoted TOML string, is taken as the literal string.
+// Throws Error(kConfig) naming the file (or the --set) and the full key.
+Config parse_config(const std::string& toml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// Every key of the schema as Markdown tables, one per section (docs/config.md).
+std::string config_markdown();
+
+// The resolved config as TOML: every key including defaults, in schema order,
+// with a fixed number format, so equal configs give byte-identical text (it is
+// saved as <run>/config.toml and hashed to check that all ranks agree).
+// parse_config(config_to_toml(c), ...) == c.
+std::string config_to_toml(const Config& config);
+
+// data.dir, or $GRADMESH_DATA_DIR (with its declared default) when it is "".
+std::string resolved_data_dir(const DataConfig& data);
+
+}  // namespace gradmesh::train

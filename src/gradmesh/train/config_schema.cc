@@ -1,0 +1,412 @@
+#include "gradmesh/train/config_schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <type_traits>
+
+#include "gradmesh/core/env.h"
+
+namespace gradmesh::train {
+namespace {
+
+// Section struct <-> section name and its place in Config: the only spot
+// that ties the two together, so a key can never land in the wrong section.
+template <class S> struct SectionOf;
+#define GRADMESH_CONFIG_SECTION(Type, member)                        \
+  template <> struct SectionOf<Type> {                               \
+    static constexpr const char* kName = #member;                    \
+    static Type& in(Config& c) { return c.member; }                  \
+    static const Type& in(const Config& c) { return c.member; }      \
+  };
+GRADMESH_CONFIG_SECTION(ModelConfig, model)
+GRADMESH_CONFIG_SECTION(DataConfig, data)
+GRADMESH_CONFIG_SECTION(OptimConfig, optim)
+GRADMESH_CONFIG_SECTION(ScheduleConfig, schedule)
+GRADMESH_CONFIG_SECTION(TrainConfig, train)
+GRADMESH_CONFIG_SECTION(OutputConfig, output)
+#undef GRADMESH_CONFIG_SECTION
+
+template <class T> struct MemberOf;
+template <class S, class F> struct MemberOf<F S::*> {
+  using Section = S;
+  using Field = F;
+};
+
+template <class F> constexpr KeyType key_type_of() {
+  if constexpr (std::is_same_v<F, bool>) return KeyType::kBool;
+  else if constexpr (std::is_same_v<F, int64_t> || std::is_same_v<F, uint64_t>) return KeyType::kInt;
+  else if constexpr (std::is_same_v<F, double>) return KeyType::kFloat;
+  else if constexpr (std::is_same_v<F, std::string>) return KeyType::kString;
+  else {
+    static_assert(std::is_same_v<F, std::vector<int64_t>>, "unsupported config member type");
+    return KeyType::kIntList;
+  }
+}
+
+template <class F> KeyValue to_key_value(const F& field) {
+  if constexpr (std::is_same_v<F, uint64_t>) return KeyValue(static_cast<int64_t>(field));
+  else return KeyValue(field);
+}
+
+template <class F> F from_key_value(const KeyValue& value) {
+  if constexpr (std::is_same_v<F, uint64_t>) return static_cast<uint64_t>(std::get<int64_t>(value));
+  else return std::get<F>(value);
+}
+
+// One schema entry bound to a struct member; type and section come from the
+// member pointer, so the table cannot disagree with the structs.
+template <auto Member>
+KeySpec key(const char* name, typename MemberOf<decltype(Member)>::Field default_value,
+            KeyConstraint constraint, const char* doc) {
+  using S = typename MemberOf<decltype(Member)>::Section;
+  using F = typename MemberOf<decltype(Member)>::Field;
+  KeySpec spec;
+  spec.section = SectionOf<S>::kName;
+  spec.path = spec.section + "." + name;
+  spec.type = key_type_of<F>();
+  spec.default_value = to_key_value(default_value);
+  spec.constraint = std::move(constraint);
+  spec.doc = doc;
+  spec.get = [](const Config& c) { return to_key_value(SectionOf<S>::in(c).*Member); };
+  spec.set = [](Config& c, const KeyValue& v) { SectionOf<S>::in(c).*Member = from_key_value<F>(v); };
+  spec.set_in_section = [](void* s, const KeyValue& v) { static_cast<S*>(s)->*Member = from_key_value<F>(v); };
+  return spec;
+}
+
+KeyConstraint any() { return {}; }
+KeyConstraint bounded(std::optional<double> lo, bool lo_open, std::optional<double> hi, bool hi_open) {
+  KeyConstraint c;
+  c.lo = lo, c.lo_open = lo_open, c.hi = hi, c.hi_open = hi_open;
+  return c;
+}
+KeyConstraint at_least(double lo) { return bounded(lo, false, std::nullopt, false); }
+KeyConstraint above(double lo) { return bounded(lo, true, std::nullopt, false); }
+KeyConstraint closed(double lo, double hi) { return bounded(lo, false, hi, false); }
+KeyConstraint half_open(double lo, double hi) { return bounded(lo, false, hi, true); }
+KeyConstraint open_closed(double lo, double hi) { return bounded(lo, true, hi, false); }
+KeyConstraint one_of(std::vector<std::string> choices) {
+  KeyConstraint c;
+  c.choices = std::move(choices);
+  return c;
+}
+KeyConstraint entries_at_least(double lo, size_t min_items) {
+  KeyConstraint c = at_least(lo);
+  c.min_items = min_items;
+  return c;
+}
+
+std::vector<KeySpec> build_schema() {
+  // clang-format off
+  return {
+    key<&ModelConfig::kind>("kind", "mlp", one_of({"mlp", "cnn"}), "Model family: a multilayer perceptron or a small convolutional net."),
+    key<&ModelConfig::hidden>("hidden", {512, 512}, entries_at_least(1, 0), "MLP hidden layer widths; empty gives logistic regression (one linear layer)."),
+    key<&ModelConfig::activation>("activation", "relu", one_of({"relu", "gelu", "tanh"}), "MLP: activation after each hidden layer (the CNN always uses ReLU)."),
+    key<&ModelConfig::dropout>("dropout", 0.0, half_open(0, 1), "MLP: dropout probability after each hidden activation (0 = off)."),
+    key<&ModelConfig::channels>("channels", {32, 64}, entries_at_least(1, 1), "CNN: output channels of each conv block (conv, ReLU, 2x2 max pool)."),
+    key<&ModelConfig::kernel_size>("kernel_size", 3, closed(1, 7), "CNN: square conv kernel size (no padding, stride 1)."),
+    key<&ModelConfig::fc_hidden>("fc_hidden", 128, at_least(1), "CNN: width of the hidden linear layer after the flatten."),
+    key<&ModelConfig::init>("init", "default", one_of({"default", "kaiming_normal", "kaiming_uniform", "xavier_uniform", "xavier_normal"}), "Weight init; default is PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases."),
+
+    key<&DataConfig::dir>("dir", "", any(), "Directory of the IDX files; empty uses $GRADMESH_DATA_DIR (default /usr/share/datasets/fashion-mnist)."),
+    key<&DataConfig::train_images>("train_images", "train-images-idx3-ubyte.gz", any(), "Training images (IDX, optionally gzipped), relative to data.dir."),
+    key<&DataConfig::train_labels>("train_labels", "train-labels-idx1-ubyte.gz", any(), "Training labels (IDX, optionally gzipped), relative to data.dir."),
+    key<&DataConfig::test_images>("test_images", "t10k-images-idx3-ubyte.gz", any(), "Test images (IDX, optionally gzipped), relative to data.dir."),
+    key<&DataConfig::test_labels>("test_labels", "t10k-labels-idx1-ubyte.gz", any(), "Test labels (IDX, optionally gzipped), relative to data.dir."),
+    key<&DataConfig::scale>("scale", 1.0 / 255.0, any(), "Pixel normalisation: pixel = (byte * scale - mean) / std; the default maps bytes to [0, 1]."),
+    key<&DataConfig::mean>("mean", 0.0, any(), "Subtracted after scaling."),
+    key<&DataConfig::std>("std", 1.0, above(0), "Divides after subtracting the mean."),
+    key<&DataConfig::shuffle>("shuffle", true, any(), "Shuffle the training set each epoch (a permutation drawn from train.seed and the epoch)."),
+    key<&DataConfig::drop_last>("drop_last", false, any(), "Drop the last incomplete training batch of each epoch."),
+    key<&DataConfig::prefetch>("prefetch", 2, closed(1, 64), "Batches the loader thread prepares ahead of the training step."),
+    key<&DataConfig::limit_train>("limit_train", 0, at_least(0), "Use only the first N training samples (0 = all); for quick tests."),
+    key<&DataConfig::limit_test>("limit_test", 0, at_least(0), "Use only the first N test samples (0 = all); for quick tests."),
+
+    key<&OptimConfig::name>("name", "sgd", one_of({"sgd", "adamw"}), "Optimizer, with PyTorch's update rules (torch.optim.SGD, torch.optim.AdamW)."),
+    key<&OptimConfig::lr>("lr", 0.05, above(0), "Peak learning rate (the schedule scales it)."),
+    key<&OptimConfig::momentum>("momentum", 0.9, half_open(0, 1), "SGD momentum (0 = plain SGD)."),
+    key<&OptimConfig::dampening>("dampening", 0.0, half_open(0, 1), "SGD momentum dampening."),
+    key<&OptimConfig::nesterov>("nesterov", false, any(), "SGD Nesterov momentum; needs momentum > 0 and dampening = 0."),
+    key<&OptimConfig::weight_decay>("weight_decay", 0.0, at_least(0), "SGD: L2 penalty added to the gradient; AdamW: decoupled decay."),
+    key<&OptimConfig::beta1>("beta1", 0.9, half_open(0, 1), "AdamW: decay of the first-moment average."),
+    key<&OptimConfig::beta2>("beta2", 0.999, half_open(0, 1), "AdamW: decay of the second-moment average."),
+    key<&OptimConfig::eps>("eps", 1e-8, above(0), "AdamW: added to the denominator."),
+    key<&OptimConfig::clip_grad_norm>("clip_grad_norm", 0.0, at_least(0), "Clip the global gradient L2 norm to this value before the step (0 = no clipping)."),
+
+    key<&ScheduleConfig::kind>("kind", "constant", one_of({"constant", "step", "cosine"}), "Learning-rate schedule after warmup."),
+    key<&ScheduleConfig::warmup_steps>("warmup_steps", 0, at_least(0), "Linear warmup: step i < warmup_steps uses optim.lr * (i + 1) / warmup_steps."),
+    key<&ScheduleConfig::step_size>("step_size", 1000, at_least(1), "step: multiply the rate by gamma every step_size optimizer steps after the warmup."),
+    key<&ScheduleConfig::gamma>("gamma", 0.1, open_closed(0, 1), "step: the decay factor."),
+    key<&ScheduleConfig::min_lr>("min_lr", 0.0, at_least(0), "cosine: the rate reached at the last step (and kept after it); at most optim.lr."),
+
+    key<&TrainConfig::epochs>("epochs", 1, at_least(1), "Passes over the training set."),
+    key<&TrainConfig::batch_size>("batch_size", 128, at_least(1), "Global batch size: samples per optimizer step over all ranks and micro-steps."),
+    key<&TrainConfig::seed>("seed", 0, at_least(0), "Seeds init, shuffling and dropout; equal seeds give equal runs."),
+    key<&TrainConfig::max_steps>("max_steps", 0, at_least(0), "Stop after this many optimizer steps (0 = no limit)."),
+    key<&TrainConfig::accum_steps>("accum_steps", 1, at_least(1), "Gradient accumulation: micro-steps per optimizer step."),
+    key<&TrainConfig::threads>("threads", 1, at_least(0), "Compute threads for BLAS and kernels (0 = $GRADMESH_NUM_THREADS, else all cores)."),
+    key<&TrainConfig::log_every>("log_every", 50, at_least(1), "Log a metrics line every N optimizer steps."),
+    key<&TrainConfig::eval_every_epoch>("eval_every_epoch", true, any(), "Evaluate on the test set after every epoch."),
+    key<&TrainConfig::init_from>("init_from", "", any(), "Safetensors file with initial weights (empty = random init from train.seed)."),
+
+    key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
+    key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
+    key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),
+    key<&OutputConfig::weights_dtype>("weights_dtype", "F32", one_of({"F32", "BF16"}), "Element type of the saved weights."),
+  };
+  // clang-format on
+}
+
+void fill_section_defaults(const char* section, void* section_struct) {
+  for (const KeySpec& spec : config_schema())
+    if (spec.section == section) spec.set_in_section(section_struct, spec.default_value);
+}
+
+std::string bound_text(const KeyConstraint& c) {
+  if (c.lo && c.hi)
+    return std::string(c.lo_open ? "(" : "[") + number_text(*c.lo) + ", " + number_text(*c.hi) + (c.hi_open ? ")" : "]");
+  if (c.lo) return std::string(c.lo_open ? "> " : ">= ") + number_text(*c.lo);
+  if (c.hi) return std::string(c.hi_open ? "< " : "<= ") + number_text(*c.hi);
+  return "";
+}
+
+std::string with_bound(const std::string& noun, const KeyConstraint& c) {
+  std::string bound = bound_text(c);
+  if (bound.empty()) return noun;
+  return noun + (c.lo && c.hi ? " in " : " ") + bound;
+}
+
+bool in_bounds(double v, const KeyConstraint& c) {
+  if (c.lo && (c.lo_open ? !(v > *c.lo) : !(v >= *c.lo))) return false;
+  if (c.hi && (c.hi_open ? !(v < *c.hi) : !(v <= *c.hi))) return false;
+  return true;
+}
+
+std::string choices_text(const std::vector<std::string>& choices, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) out += (i ? sep : "") + toml_quote(choices[i]);
+  return out;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above_cell = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above_cell;
+    }
+  }
+  return row[b.size()];
+}
+
+// Markdown cell text: pipes would end the cell.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  return out;
+}
+
+std::string allowed_cell(const KeySpec& spec) {
+  const KeyConstraint& c = spec.constraint;
+  if (!c.choices.empty()) return "`" + choices_text(c.choices, "`, `") + "`";
+  std::string bound = bound_text(c);
+  if (spec.type == KeyType::kIntList) {
+    std::string out = bound.empty() ? "any integers" : "each " + bound;
+    if (c.min_items == 0) return out + "; may be empty";
+    return out + "; at least " + std::to_string(c.min_items) + (c.min_items == 1 ? " entry" : " entries");
+  }
+  if (spec.type == KeyType::kFloat) return bound.empty() ? "any finite number" : bound;
+  return bound.empty() ? "any" : bound;
+}
+
+const char* type_cell(KeyType type) {
+  switch (type) {
+    case KeyType::kBool: return "bool";
+    case KeyType::kInt: return "integer";
+    case KeyType::kFloat: return "float";
+    case KeyType::kString: return "string";
+    case KeyType::kIntList: return "integer array";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string number_text(double value) {
+  char buf[64];
+  auto result = std::to_chars(buf, buf + sizeof(buf), value);
+  return std::string(buf, result.ptr);
+}
+
+ModelConfig::ModelConfig() { fill_section_defaults("model", this); }
+DataConfig::DataConfig() { fill_section_defaults("data", this); }
+OptimConfig::OptimConfig() { fill_section_defaults("optim", this); }
+ScheduleConfig::ScheduleConfig() { fill_section_defaults("schedule", this); }
+TrainConfig::TrainConfig() { fill_section_defaults("train", this); }
+OutputConfig::OutputConfig() { fill_section_defaults("output", this); }
+
+const std::vector<SectionSpec>& config_sections() {
+  static const std::vector<SectionSpec> sections = {
+      {"model", "The network: `mlp` (784 inputs, hidden layers, 10 outputs) or `cnn` (conv blocks, one hidden linear layer, 10 outputs)."},
+      {"data", "Where the Fashion-MNIST IDX files are and how pixels are normalised and batched."},
+      {"optim", "The optimizer; SGD keys are ignored by AdamW and the other way round."},
+      {"schedule", "How the learning rate changes with the optimizer step: an optional linear warmup, then `constant`, `step` (optim.lr * gamma^floor(s / step_size)) or `cosine` (from optim.lr down to min_lr over the rest of the run)."},
+      {"train", "The training loop."},
+      {"output", "What a run writes and where."},
+  };
+  return sections;
+}
+
+const std::vector<KeySpec>& config_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+const KeySpec* find_key(const std::string& path) {
+  for (const KeySpec& spec : config_schema())
+    if (spec.path == path) return &spec;
+  return nullptr;
+}
+
+bool is_section(const std::string& name) {
+  for (const SectionSpec& section : config_sections())
+    if (section.name == name) return true;
+  return false;
+}
+
+std::string closest_name(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    size_t distance = edit_distance(name, candidate);
+    if (distance < best_distance) best_distance = distance, best = candidate;
+  }
+  if (!best.empty() || name.size() < 3) return best;
+  for (const std::string& candidate : candidates)
+    if (candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0) return candidate;
+  return "";
+}
+
+std::string describe_type(KeyType type) {
+  switch (type) {
+    case KeyType::kBool: return "a boolean (true or false)";
+    case KeyType::kInt: return "an integer";
+    case KeyType::kFloat: return "a number";
+    case KeyType::kString: return "a string";
+    case KeyType::kIntList: return "an array of integers";
+  }
+  return "?";
+}
+
+std::string describe_expected(const KeySpec& spec) {
+  const KeyConstraint& c = spec.constraint;
+  if (!c.choices.empty()) return "one of " + choices_text(c.choices, ", ");
+  if (spec.type == KeyType::kIntList) return with_bound("an array of integers", c);
+  return with_bound(describe_type(spec.type), c);
+}
+
+std::string check_value(const KeySpec& spec, const KeyValue& value, int64_t* index_out) {
+  const KeyConstraint& c = spec.constraint;
+  *index_out = -1;
+  switch (spec.type) {
+    case KeyType::kBool: return "";
+    case KeyType::kInt: {
+      int64_t v = std::get<int64_t>(value);
+      if (in_bounds(static_cast<double>(v), c)) return "";
+      return "expected " + describe_expected(spec) + ", got " + std::to_string(v);
+    }
+    case KeyType::kFloat: {
+      double v = std::get<double>(value);
+      if (!std::isfinite(v)) return "expected a finite number, got " + number_text(v);
+      if (in_bounds(v, c)) return "";
+      return "expected " + describe_expected(spec) + ", got " + number_text(v);
+    }
+    case KeyType::kString: {
+      const std::string& v = std::get<std::string>(value);
+      if (c.choices.empty() || std::find(c.choices.begin(), c.choices.end(), v) != c.choices.end()) return "";
+      return "expected " + describe_expected(spec) + ", got " + toml_quote(v);
+    }
+    case KeyType::kIntList: {
+      const auto& v = std::get<std::vector<int64_t>>(value);
+      if (v.size() < c.min_items)
+        return "expected at least " + std::to_string(c.min_items) + (c.min_items == 1 ? " entry" : " entries") +
+               ", got " + (v.empty() ? std::string("an empty array") : std::to_string(v.size()));
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (in_bounds(static_cast<double>(v[i]), c)) continue;
+        *index_out = static_cast<int64_t>(i);
+        return "expected " + with_bound("an integer", c) + ", got " + std::to_string(v[i]);
+      }
+      return "";
+    }
+  }
+  return "";
+}
+
+std::string toml_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string format_value(const KeyValue& value) {
+  switch (static_cast<KeyType>(value.index())) {
+    case KeyType::kBool: return std::get<bool>(value) ? "true" : "false";
+    case KeyType::kInt: return std::to_string(std::get<int64_t>(value));
+    case KeyType::kFloat: {
+      // TOML needs a '.' or an exponent to read the text back as a float.
+      std::string text = number_text(std::get<double>(value));
+      if (text.find_first_of(".eni") == std::string::npos) text += ".0";
+      return text;
+    }
+    case KeyType::kString: return toml_quote(std::get<std::string>(value));
+    case KeyType::kIntList: {
+      std::string out = "[";
+      const auto& list = std::get<std::vector<int64_t>>(value);
+      for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + std::to_string(list[i]);
+      return out + "]";
+    }
+  }
+  return "";
+}
+
+std::string config_markdown() {
+  std::string out;
+  for (const SectionSpec& section : config_sections()) {
+    if (!out.empty()) out += "\n";
+    out += "### `[" + section.name + "]`\n\n" + section.doc + "\n\n";
+    out += "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
+    for (const KeySpec& spec : config_schema()) {
+      if (spec.section != section.name) continue;
+      out += "| `" + spec.path + "` | " + type_cell(spec.type) + " | `" + cell(format_value(spec.default_value)) +
+             "` | " + cell(allowed_cell(spec)) + " | " + cell(spec.doc) + " |\n";
+    }
+  }
+  return out;
+}
+
+std::string resolved_data_dir(const DataConfig& data) {
+  return data.dir.empty() ? env_string("GRADMESH_DATA_DIR") : data.dir;
+}
+
+}  // namespace gradmesh::train
