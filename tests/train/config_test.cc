@@ -108,7 +108,7 @@ mean = 0.2860
 std = 0.3530
 shuffle = false
 drop_last = true
-prefetch = 0
+prefetch = 1
 limit_train = 1000
 limit_test = 500
 [optim]
@@ -165,7 +165,7 @@ TEST(Config, EveryKeyIsRead) {
   EXPECT_EQ(c.data.std, 0.3530);
   EXPECT_FALSE(c.data.shuffle);
   EXPECT_TRUE(c.data.drop_last);
-  EXPECT_EQ(c.data.prefetch, 0);
+  EXPECT_EQ(c.data.prefetch, 1);
   EXPECT_EQ(c.data.limit_train, 1000);
   EXPECT_EQ(c.data.limit_test, 500);
   EXPECT_EQ(c.optim.name, "adamw");
@@ -286,7 +286,7 @@ TEST(ConfigErrors, OutOfRange) {
   EXPECT_EQ(config_error("[train]\nepochs = 0\n"), "cfg.toml: train.epochs: expected an integer >= 1, got 0");
   EXPECT_EQ(config_error("[train]\nseed = -1\n"), "cfg.toml: train.seed: expected an integer >= 0, got -1");
   EXPECT_EQ(config_error("[model]\nkernel_size = 8\n"), "cfg.toml: model.kernel_size: expected an integer in [1, 7], got 8");
-  EXPECT_EQ(config_error("[data]\nprefetch = 65\n"), "cfg.toml: data.prefetch: expected an integer in [0, 64], got 65");
+  EXPECT_EQ(config_error("[data]\nprefetch = 65\n"), "cfg.toml: data.prefetch: expected an integer in [1, 64], got 65");
   EXPECT_EQ(config_error("[model]\nhidden = [512, 0]\n"), "cfg.toml: model.hidden[1]: expected an integer >= 1, got 0");
   EXPECT_EQ(config_error("[model]\nchannels = []\n"), "cfg.toml: model.channels: expected at least 1 entry, got an empty array");
 }
