@@ -1,5 +1,6 @@
 #include "gradmesh/kernels/pool.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -15,7 +16,7 @@ namespace {
 // window lies inside the plane. Written as selects over a row pair so the
 // compiler vectorises it: which element wins is data-dependent, and branches
 // would mispredict about half the time. First element wins ties, as in the
-// general path; a window of NaNs yields NaN.
+// general path; any NaN in a window yields NaN.
 void max_pool_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argmax) {
   const int64_t oh = g.out_h(), ow = g.out_w(), w = g.width, plane = g.height * g.width;
   for (int64_t p = 0; p < g.planes; ++p) {
@@ -40,7 +41,7 @@ void max_pool_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argm
         __m128 m = a;
         __m128i k = _mm_setzero_si128();
         auto take = [&](__m128 v, int32_t offset) {
-          const __m128 gt = _mm_cmpgt_ps(v, m);
+          const __m128 gt = _mm_or_ps(_mm_cmpgt_ps(v, m), _mm_cmpunord_ps(v, v));
           const __m128i gti = _mm_castps_si128(gt);
           k = _mm_or_si128(_mm_and_si128(gti, _mm_set1_epi32(offset)), _mm_andnot_si128(gti, k));
           m = _mm_or_ps(_mm_and_ps(gt, v), _mm_andnot_ps(gt, m));
@@ -57,12 +58,13 @@ void max_pool_2x2(const PoolGeometry& g, const float* x, float* y, int32_t* argm
         const float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
         float m = a;
         int32_t k = 0;
-        k = b > m ? 1 : k;
-        m = b > m ? b : m;
-        k = c > m ? row : k;
-        m = c > m ? c : m;
-        k = d > m ? row + 1 : k;
-        m = d > m ? d : m;
+        // `v != v` is true only for NaN: a NaN always wins, as in the general path.
+        k = (b > m || b != b) ? 1 : k;
+        m = (b > m || b != b) ? b : m;
+        k = (c > m || c != c) ? row : k;
+        m = (c > m || c != c) ? c : m;
+        k = (d > m || d != d) ? row + 1 : k;
+        m = (d > m || d != d) ? d : m;
         out[ox] = m;
         arg[ox] = top + static_cast<int32_t>(2 * ox) + k;
       }
@@ -90,8 +92,8 @@ void max_pool_forward(const PoolGeometry& g, const float* x, float* y, int32_t* 
             const int64_t ix = ox * g.stride - g.padding + kx;
             if (ix < 0 || ix >= g.width) continue;
             const float v = in[iy * g.width + ix];
-            // `!(v <= best)` also lets a NaN win, so NaNs propagate as in PyTorch.
-            if (best_index < 0 || !(v <= best)) {
+            // A NaN always wins and is then kept, so NaNs propagate as in PyTorch.
+            if (best_index < 0 || v > best || std::isnan(v)) {
               best = v;
               best_index = static_cast<int32_t>(iy * g.width + ix);
             }

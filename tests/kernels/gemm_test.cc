@@ -1,0 +1,141 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gradmesh/core/rng.h"
+#include "gradmesh/kernels/gemm.h"
+
+namespace gradmesh::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_values(size_t n, uint64_t step) {
+  const CounterRng rng(11, RngPurpose::kTest, step);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 2.0f * rng.uniform(i) - 1.0f;
+  return v;
+}
+
+// A row-major [rows, cols] matrix stored with leading dimension ld >= cols;
+// the padding columns hold NaN so that any read of them poisons the result.
+std::vector<float> padded_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t step) {
+  const std::vector<float> values = random_values(static_cast<size_t>(rows * cols), step);
+  std::vector<float> m(static_cast<size_t>(rows * ld), kNaN);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) m[r * ld + c] = values[r * cols + c];
+  return m;
+}
+
+struct GemmCase {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  int64_t pad;  // extra elements per row beyond the width (leading dimension = width + pad)
+};
+
+// Runs gemm and gemm_reference on the same inputs and compares every element of C,
+// including that the padding of C is left untouched.
+void expect_matches_reference(const GemmCase& c) {
+  SCOPED_TRACE(::testing::Message() << "trans_a=" << c.trans_a << " trans_b=" << c.trans_b << " m=" << c.m
+                                    << " n=" << c.n << " k=" << c.k << " alpha=" << c.alpha << " beta=" << c.beta
+                                    << " pad=" << c.pad);
+  // Stored shapes: A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
+  const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+  const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
+  const std::vector<float> a = padded_matrix(a_rows, a_cols, lda, 1);
+  const std::vector<float> b = padded_matrix(b_rows, b_cols, ldb, 2);
+  std::vector<float> c_fast = padded_matrix(c.m, c.n, ldc, 3);
+  if (c.beta == 0.0f)  // beta == 0 must ignore C entirely, NaN included
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t j = 0; j < c.n; ++j) c_fast[r * ldc + j] = kNaN;
+  std::vector<float> c_ref = c_fast;
+  gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta, c_fast.data(), ldc);
+  gemm_reference(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a.data(), lda, b.data(), ldb, c.beta, c_ref.data(),
+                 ldc);
+  // |a|, |b| <= 1, so each dot product has magnitude <= k; float32 accumulation of k terms
+  // errs by at most about k * 2^-24 * k; 1e-5 * (k + 1) covers it while an indexing error is O(1).
+  const float tol = 1e-5f * static_cast<float>(c.k + 1) * (std::fabs(c.alpha) + std::fabs(c.beta));
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const float got = c_fast[r * ldc + j], want = c_ref[r * ldc + j];
+      ASSERT_TRUE(std::isfinite(want)) << "reference read padding or C at (" << r << ", " << j << ")";
+      ASSERT_NEAR(got, want, tol) << "at (" << r << ", " << j << ")";
+    }
+    for (int64_t j = c.n; j < ldc; ++j) ASSERT_TRUE(std::isnan(c_fast[r * ldc + j])) << "padding of C was written";
+  }
+}
+
+TEST(Gemm, MatchesReferenceForAllTransposesAndOddSizes) {
+  const int64_t sizes[] = {1, 3, 17, 65};
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t m : sizes)
+        for (int64_t n : sizes)
+          for (int64_t k : sizes) expect_matches_reference({ta, tb, m, n, k, 1.0f, 0.0f, 0});
+}
+
+TEST(Gemm, AlphaAndBetaScaleProductAndExistingC) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      expect_matches_reference({ta, tb, 17, 3, 65, 0.5f, -1.5f, 0});
+      expect_matches_reference({ta, tb, 3, 65, 17, -2.0f, 1.0f, 0});
+      expect_matches_reference({ta, tb, 65, 17, 1, 1.0f, 0.25f, 0});
+    }
+}
+
+TEST(Gemm, BetaZeroIgnoresNaNInC) {
+  // expect_matches_reference fills C with NaN whenever beta == 0.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      expect_matches_reference({ta, tb, 17, 17, 17, 1.0f, 0.0f, 0});
+      expect_matches_reference({ta, tb, 3, 65, 17, 0.75f, 0.0f, 5});
+    }
+}
+
+TEST(Gemm, LeadingDimensionsLargerThanWidth) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t pad : {1, 7}) {
+        expect_matches_reference({ta, tb, 17, 3, 65, 1.0f, 0.0f, pad});
+        expect_matches_reference({ta, tb, 3, 17, 1, 0.5f, 2.0f, pad});
+        expect_matches_reference({ta, tb, 65, 65, 3, 1.0f, 1.0f, pad});
+      }
+}
+
+TEST(Gemm, SubmatrixOfALargerMatrix) {
+  // The top-left 2x2 block of a 3x4 matrix times the identity: the leading dimension selects rows.
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const std::vector<float> eye = {1, 0, 0, 1};
+  std::vector<float> c(4, kNaN);
+  gemm(false, false, 2, 2, 2, 1.0f, a.data(), 4, eye.data(), 2, 0.0f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 5, 6}));
+  // The same block read transposed: A^T [2, 2] from a stored [2, 2] block with lda 4.
+  gemm(true, false, 2, 2, 2, 1.0f, a.data(), 4, eye.data(), 2, 0.0f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{1, 5, 2, 6}));
+}
+
+TEST(Gemm, HandComputedProduct) {
+  // [1 2 3; 4 5 6] * [1 0; 0 1; 1 1] = [4 5; 10 11]
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> b = {1, 0, 0, 1, 1, 1};
+  std::vector<float> c = {100, 200, 300, 400};
+  gemm(false, false, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{54, 105, 160, 211}));
+}
+
+TEST(Gemm, NumThreadsRoundTrips) {
+  const int before = num_threads();
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  expect_matches_reference({false, true, 65, 17, 65, 1.0f, 0.0f, 0});
+  set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace gradmesh::kernels
