@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/error.h"
@@ -6,57 +8,116 @@
 #include "gradmesh/kernels/gemm.h"
 
 namespace gradmesh::autograd {
+namespace {
 
-Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options) {
-  const Shape& xs_shape = x.shape();
+kernels::ConvGeometry checked_geometry(const Variable& x, const Variable& weight, const Variable& bias,
+                                       const Conv2dOptions& options) {
+  const Shape& s = x.shape();
   const Shape& ws = weight.shape();
   const bool bad_bias = bias.defined() && (bias.value().ndim() != 1 || bias.shape()[0] != ws[0]);
-  if (xs_shape.size() != 4 || ws.size() != 4 || xs_shape[1] != ws[1] || bad_bias || options.stride < 1 ||
-      options.padding < 0)
+  const int64_t channels = s.size() == 4 ? (options.channel_major_input ? s[0] : s[1]) : -1;
+  if (s.size() != 4 || ws.size() != 4 || channels != ws[1] || bad_bias || options.stride < 1 || options.padding < 0)
     throw_error(ErrorKind::kShape, "conv2d",
-                "input " + shape_str(xs_shape) + ", weight " + shape_str(ws) +
+                "input " + shape_str(s) + ", weight " + shape_str(ws) +
                     " (expected input [N, C, H, W], weight [OC, C, KH, KW], bias [OC], stride >= 1, padding >= 0)");
-  kernels::ConvGeometry g{xs_shape[0], xs_shape[1], xs_shape[2], xs_shape[3], ws[0], ws[2], ws[3],
-                          options.stride, options.padding};
+  const int64_t batch = options.channel_major_input ? s[1] : s[0];
+  kernels::ConvGeometry g{batch, channels, s[2], s[3], ws[0], ws[2], ws[3], options.stride, options.padding,
+                          options.channel_major_input};
   if (g.height + 2 * g.padding < g.kernel_h || g.width + 2 * g.padding < g.kernel_w)
     throw_error(ErrorKind::kShape, "conv2d",
-                "kernel " + shape_str({ws[2], ws[3]}) + " larger than the padded input " + shape_str(xs_shape));
-  const Activation act = options.act;
-  const int64_t rows = g.col_rows(), cols = g.col_cols();
+                "kernel " + shape_str({ws[2], ws[3]}) + " larger than the padded input " + shape_str(s));
+  return g;
+}
 
-  Tensor col = Tensor::empty({rows, cols});
-  kernels::im2col(g, x.value().data(), col.data());
-  Tensor ycol = Tensor::empty({g.out_channels, cols});
-  kernels::gemm(false, false, g.out_channels, cols, rows, 1.0f, weight.value().data(), rows, col.data(), cols, 0.0f,
-                ycol.data(), cols);
-  Tensor y = Tensor::empty({g.batch, g.out_channels, g.out_h(), g.out_w()});
-  kernels::conv_output_from_columns(g, ycol.data(), bias.defined() ? bias.value().data() : nullptr, act, y.data());
+}  // namespace
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options) {
+  const kernels::ConvGeometry g = checked_geometry(x, weight, bias, options);
+  const Activation act = options.act;
+  const bool has_bias = bias.defined();
+  const int64_t rows = g.col_rows(), cols = g.col_cols(), oc = g.out_channels;
+  const int64_t k = rows + (has_bias ? 1 : 0);  // GEMM depth: the bias rides along as a column of [w | b]
+
+  Tensor col = Tensor::empty({k, cols});
+  kernels::im2col(g, x.value().data(), col.data(), has_bias);
+  Tensor wmat = weight.value();
+  if (has_bias) {
+    wmat = Tensor::empty({oc, k});
+    for (int64_t o = 0; o < oc; ++o) {
+      std::memcpy(wmat.data() + o * k, weight.value().data() + o * rows, static_cast<size_t>(rows) * sizeof(float));
+      wmat.data()[o * k + rows] = bias.value().data()[o];
+    }
+  }
+  const Shape cm_shape{oc, g.batch, g.out_h(), g.out_w()};
+  Tensor ycol = Tensor::empty({oc, cols});
+  kernels::gemm(false, false, oc, cols, k, 1.0f, wmat.data(), k, col.data(), cols, 0.0f, ycol.data(), cols);
+  Tensor y;
+  if (options.channel_major_output) {
+    y = ycol.view(cm_shape);
+    if (act == Activation::kRelu) kernels::activation_forward(act, y.data(), y.data(), y.numel());
+  } else {
+    y = Tensor::empty({g.batch, oc, g.out_h(), g.out_w()});
+    kernels::conv_output_from_columns(g, ycol.data(), nullptr, act, y.data());
+  }
   Variable result(std::move(y));
   if (!should_record({&x, &weight, &bias})) return result;
 
   auto xst = x.state(), wst = weight.state(), bs = bias.state(), ys = result.state();
   std::vector<std::shared_ptr<VariableState>> inputs{xst, wst};
   if (bs) inputs.push_back(bs);
-  // `ycol` is reused as the [OC, N*OH*OW] gradient buffer: same shape, and its forward contents are dead.
-  current_tape().record(std::move(inputs), ys, [=, col = std::move(col), ycol = std::move(ycol)]() mutable {
-    float* dycol = ycol.data();
-    kernels::conv_columns_from_output_grad(g, ys->grad.data(), act == Activation::kRelu ? ys->value.data() : nullptr,
-                                           dycol);
-    if (bs && bs->requires_grad) {
-      GradTarget t = grad_target(*bs);
-      kernels::row_sums(dycol, g.out_channels, cols, t.data, t.accumulate);
+  const bool cm_out = options.channel_major_output;
+  current_tape().record(std::move(inputs), ys, [=, col = std::move(col), wmat = std::move(wmat)]() mutable {
+    const float* y_for_mask = act == Activation::kRelu ? ys->value.data() : nullptr;
+    Tensor dycol_storage;
+    float* dycol;
+    if (cm_out) {  // the gradient is already [OC, N*OH*OW]; it is dead after this op, so mask in place
+      dycol = ys->grad.data();
+      if (y_for_mask) kernels::relu_mask_inplace(dycol, y_for_mask, oc * cols);
+    } else {
+      dycol_storage = Tensor::empty({oc, cols});
+      dycol = dycol_storage.data();
+      kernels::conv_columns_from_output_grad(g, ys->grad.data(), y_for_mask, dycol);
     }
-    if (wst->requires_grad) {  // dW [OC, C*KH*KW] = dYcol * col^T
-      GradTarget t = grad_target(*wst);
-      kernels::gemm(false, true, g.out_channels, rows, cols, 1.0f, dycol, cols, col.data(), cols,
-                    t.accumulate ? 1.0f : 0.0f, t.data, rows);
+    const bool want_w = wst->requires_grad, want_b = bs && bs->requires_grad;
+    if (want_w || want_b) {  // [dw | db] [OC, k] = dYcol * col^T
+      Tensor dwb = Tensor::empty({oc, k});
+      kernels::gemm(false, true, oc, k, cols, 1.0f, dycol, cols, col.data(), cols, 0.0f, dwb.data(), k);
+      if (want_w) {
+        GradTarget t = grad_target(*wst);
+        for (int64_t o = 0; o < oc; ++o) kernels::add_into(t.data + o * rows, dwb.data() + o * k, rows, t.accumulate);
+      }
+      if (want_b) {
+        GradTarget t = grad_target(*bs);
+        for (int64_t o = 0; o < oc; ++o) t.data[o] = (t.accumulate ? t.data[o] : 0.0f) + dwb.data()[o * k + rows];
+      }
     }
-    if (xst->requires_grad) {  // dcol = W^T dYcol, then scatter back (col is dead: reuse it)
-      kernels::gemm(true, false, rows, cols, g.out_channels, 1.0f, wst->value.data(), rows, dycol, cols, 0.0f,
-                    col.data(), cols);
+    if (xst->requires_grad) {  // dcol = w^T dYcol into col's first `rows` rows (col is dead), then scatter back
+      kernels::gemm(true, false, rows, cols, oc, 1.0f, wmat.data(), k, dycol, cols, 0.0f, col.data(), cols);
       GradTarget t = grad_target(*xst);
       kernels::col2im(g, col.data(), t.data, t.accumulate);
     }
+  });
+  return result;
+}
+
+Variable flatten_channel_major(const Variable& x) {
+  if (x.value().ndim() != 4)
+    throw_error(ErrorKind::kShape, "flatten_channel_major", "input " + shape_str(x.shape()) + " (expected [C, N, H, W])");
+  const int64_t c = x.shape()[0], n = x.shape()[1], hw = x.shape()[2] * x.shape()[3];
+  Tensor y = Tensor::empty({n, c * hw});
+  const float* src = x.value().data();
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t ni = 0; ni < n; ++ni)
+      std::memcpy(y.data() + (ni * c + ci) * hw, src + (ci * n + ni) * hw, static_cast<size_t>(hw) * sizeof(float));
+  Variable result(std::move(y));
+  if (!should_record({&x})) return result;
+  auto xs = x.state(), ys = result.state();
+  current_tape().record({xs}, ys, [=] {
+    GradTarget t = grad_target(*xs);
+    const float* dy = ys->grad.data();
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t ni = 0; ni < n; ++ni)
+        kernels::add_into(t.data + (ci * n + ni) * hw, dy + (ni * c + ci) * hw, hw, t.accumulate);
   });
   return result;
 }

@@ -21,8 +21,14 @@ struct Conv2dOptions {
   int64_t stride = 1;
   int64_t padding = 0;
   Activation act = Activation::kNone;  // kNone or kRelu (fused epilogue)
+  // Channel-major activations are [C, N, H, W]: the GEMM's natural output.
+  // A conv feeding a conv or a flatten (through pools and activations) uses
+  // them to skip two permutes; nn::Sequential plans this.
+  bool channel_major_input = false;
+  bool channel_major_output = false;
 };
-// y [N, OC, OH, OW] from x [N, C, H, W], weight [OC, C, KH, KW], bias [OC].
+// y [N, OC, OH, OW] from x [N, C, H, W], weight [OC, C, KH, KW], bias [OC]
+// (x and y [C, N, H, W] and [OC, N, OH, OW] with the channel-major flags).
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options);
 
 // Max pooling with a square window; PyTorch's default stride = kernel.
@@ -44,6 +50,9 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
 
 // out [ids.size(), dim] = table[ids]; table [rows, dim].
 Variable embedding(const std::vector<int64_t>& ids, const Variable& table);
+
+// [C, N, H, W] (channel-major) -> [N, C*H*W], the order Flatten gives for [N, C, H, W].
+Variable flatten_channel_major(const Variable& x);
 
 // A view with a new shape (same element count); the gradient flows back unchanged.
 Variable reshape(const Variable& x, const Shape& shape);

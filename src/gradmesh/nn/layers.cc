@@ -48,7 +48,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 }
 
 Variable Conv2d::forward(const Variable& x) {
-  return autograd::conv2d(x, weight_->var, bias_ ? bias_->var : Variable(), {stride_, padding_, fused_});
+  return autograd::conv2d(x, weight_->var, bias_ ? bias_->var : Variable(),
+                          {stride_, padding_, fused_, channel_major_input_, channel_major_output_});
 }
 
 std::string Conv2d::describe() const {
@@ -123,6 +124,7 @@ Variable Embedding::lookup(const std::vector<int64_t>& ids) { return autograd::e
 std::string Embedding::describe() const { return "Embedding(" + std::to_string(rows_) + ", " + std::to_string(dim_) + ")"; }
 
 Variable Flatten::forward(const Variable& x) {
+  if (channel_major_input_) return autograd::flatten_channel_major(x);
   const int64_t n = x.value().ndim() > 0 ? x.shape()[0] : 1;
   return autograd::reshape(x, {n, n ? x.value().numel() / n : 0});
 }
@@ -155,6 +157,31 @@ void Sequential::fuse_activations() {
     } else if (auto* conv = dynamic_cast<Conv2d*>(prev); conv && conv->fused_activation() == Activation::kNone) {
       conv->fuse_activation(Activation::kRelu);
       skipped_[i] = true;
+    }
+  }
+  plan_layouts();
+}
+
+void Sequential::plan_layouts() {
+  auto plane_order_free = [](Module* m) {
+    return dynamic_cast<MaxPool2d*>(m) != nullptr || dynamic_cast<ActivationLayer*>(m) != nullptr;
+  };
+  bool channel_major = false;  // layout of the activation flowing between children
+  for (size_t i = 0; i < children().size(); ++i) {
+    if (skipped_[i]) continue;
+    Module* m = children()[i].second.get();
+    if (auto* conv = dynamic_cast<Conv2d*>(m)) {
+      size_t j = i + 1;
+      while (j < children().size() && (skipped_[j] || plane_order_free(children()[j].second.get()))) ++j;
+      Module* consumer = j < children().size() ? children()[j].second.get() : nullptr;
+      const bool out = dynamic_cast<Conv2d*>(consumer) != nullptr || dynamic_cast<Flatten*>(consumer) != nullptr;
+      conv->set_layout(channel_major, out);
+      channel_major = out;
+    } else if (auto* flatten = dynamic_cast<Flatten*>(m)) {
+      flatten->set_channel_major_input(channel_major);
+      channel_major = false;
+    } else if (!plane_order_free(m)) {
+      channel_major = false;
     }
   }
 }

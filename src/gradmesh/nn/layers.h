@@ -35,12 +35,19 @@ class Conv2d : public Module {
   std::string describe() const override;
   void fuse_activation(Activation act) { fused_ = act; }
   Activation fused_activation() const { return fused_; }
+  // Channel-major ([C, N, H, W]) input/output, planned by Sequential.
+  void set_layout(bool channel_major_input, bool channel_major_output) {
+    channel_major_input_ = channel_major_input;
+    channel_major_output_ = channel_major_output;
+  }
 
  private:
   int64_t in_, out_, kernel_, stride_, padding_;
   Parameter* weight_;
   Parameter* bias_;
   Activation fused_ = Activation::kNone;
+  bool channel_major_input_ = false;
+  bool channel_major_output_ = false;
 };
 
 class MaxPool2d : public Module {
@@ -115,12 +122,20 @@ class Flatten : public Module {
  public:
   Variable forward(const Variable& x) override;
   std::string describe() const override { return "Flatten()"; }
+  // The input arrives channel-major ([C, N, H, W]) from a planned Conv2d.
+  void set_channel_major_input(bool on) { channel_major_input_ = on; }
+
+ private:
+  bool channel_major_input_ = false;
 };
 
 // Children named "0", "1", ... run in order. fuse_activations() folds each
 // ReLU into a neighbour's epilogue: into a MaxPool2d that directly follows it
 // (relu(maxpool(x)) == maxpool(relu(x)), on 4x fewer elements), else into the
-// Linear or Conv2d directly before it. Names and results are unchanged.
+// Linear or Conv2d directly before it. It then lets each Conv2d whose output
+// reaches another Conv2d or a Flatten through only pooling and activations
+// (which ignore plane order) hand over channel-major activations, skipping
+// two permutes per conv. Names and results are unchanged.
 class Sequential : public Module {
  public:
   Sequential& add(std::unique_ptr<Module> layer);
@@ -129,6 +144,7 @@ class Sequential : public Module {
   void fuse_activations();
 
  private:
+  void plan_layouts();
   std::vector<bool> skipped_;
 };
 
