@@ -15,20 +15,14 @@
 
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/error.h"
+#include "support/temp_dir.h"
 
 namespace gradmesh::checkpoint {
 namespace {
 
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gradmesh_atomic_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (std::filesystem::path(dir_) / name).string(); }
+  std::string path(const std::string& name) const { return scratch_.file(name); }
 
   std::vector<std::string> listing() const {
     std::vector<std::string> names;
@@ -37,12 +31,10 @@ class AtomicFileTest : public ::testing::Test {
     return names;
   }
 
-  static std::string read_bytes(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  static std::string read_bytes(const std::string& file) { return gradmesh::testing::read_file(file); }
 
-  std::string dir_;
+  gradmesh::testing::TempDir scratch_;
+  const std::string& dir_ = scratch_.path();
 };
 
 TEST_F(AtomicFileTest, WritesNewFileAndReplacesOldOne) {

@@ -14,27 +14,19 @@
 
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
+#include "support/temp_dir.h"
 
 namespace gradmesh::checkpoint {
 namespace {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gradmesh_st_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return scratch_.file(name); }
 
-  std::string path(const std::string& name) const { return (std::filesystem::path(dir_) / name).string(); }
+  static std::string read_bytes(const std::string& file) { return gradmesh::testing::read_file(file); }
 
-  static std::string read_bytes(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-
-  std::string dir_;
+  gradmesh::testing::TempDir scratch_;
+  const std::string& dir_ = scratch_.path();
 };
 
 // Little-endian bytes of float32 values, spelled out by hand in the tests.

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/temp_dir.h"
+
 namespace gradmesh::testing {
 
 struct CommandResult {
@@ -17,12 +19,7 @@ struct CommandResult {
   std::string err;
 };
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+inline std::string read_text(const std::string& path) { return read_file(path); }
 
 // `args` is appended to the binary path as-is (the caller quotes).
 inline CommandResult run_gradmesh(const std::string& args, const std::string& workdir) {
@@ -33,25 +30,6 @@ inline CommandResult run_gradmesh(const std::string& args, const std::string& wo
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return {code, read_text(out), read_text(err)};
 }
-
-// A fresh directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gradmesh-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  void write(const std::string& name, const std::string& text) const { std::ofstream(file(name), std::ios::binary) << text; }
-
- private:
-  std::string path_;
-};
 
 inline const char* kDataDir = "/usr/share/datasets/fashion-mnist";
 

@@ -14,31 +14,13 @@
 #include <vector>
 
 #include "gradmesh/core/error.h"
+#include "support/temp_dir.h"
 
 namespace gradmesh::data::testing {
 
 using Bytes = std::vector<uint8_t>;
 
-// A fresh directory under the system temp dir, removed with its contents.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gradmesh_data_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ScratchDir = gradmesh::testing::TempDir;
 
 // Header (type, dims) followed by `payload`, exactly as given.
 inline Bytes idx_bytes(uint8_t type, const std::vector<uint32_t>& dims, const Bytes& payload) {

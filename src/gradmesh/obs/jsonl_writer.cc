@@ -18,7 +18,7 @@ std::string json_escape(const std::string& s) {
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || c == 0x7f) {  // DEL too, so the result is also a valid TOML basic string
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;

@@ -25,6 +25,7 @@ class JsonObject {
   std::string body_;
 };
 
+// Escapes for a JSON string body; the result is also a valid TOML basic-string body.
 std::string json_escape(const std::string& s);
 
 class JsonlWriter {

@@ -1,5 +1,7 @@
 #include "gradmesh/train/config_schema.h"
 
+#include "gradmesh/obs/jsonl_writer.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -347,27 +349,7 @@ std::string check_value(const KeySpec& spec, const KeyValue& value, int64_t* ind
   return "";
 }
 
-std::string toml_quote(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string toml_quote(const std::string& text) { return "\"" + obs::json_escape(text) + "\""; }
 
 std::string format_value(const KeyValue& value) {
   switch (static_cast<KeyType>(value.index())) {
