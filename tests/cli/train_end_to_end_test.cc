@@ -91,10 +91,11 @@ TEST(EndToEnd, InitFromLoadsWeightsAndRejectsMismatches) {
   CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=a" + quick,
                                  dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=b --set "
-                   "train.init_from=runs/a/model.safetensors" + quick,
+  r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=b "
+                   "--init-from runs/a/model.safetensors" + quick,
                    dir.path());
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(read_text(dir.file("runs/b/config.toml")).find("runs/a/model.safetensors"), std::string::npos);
   r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=c --set model.hidden=[256] "
                    "--set train.init_from=runs/a/model.safetensors" + quick,
                    dir.path());

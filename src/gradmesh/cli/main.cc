@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   train->add_option("config", config_path, "Config file (see docs/config.md)")->required();
   train->add_option("--set", overrides, "Override a config key, e.g. --set optim.lr=0.1 (repeatable)")
       ->type_name("KEY=VALUE");
+  std::string init_from;
+  train->add_option("--init-from", init_from, "Start from these weights (safetensors; same as --set train.init_from=FILE)")
+      ->type_name("FILE");
 
   CLI::App* eval = app.add_subcommand("eval", "Evaluate weights on the config's test set");
   eval->add_option("config", config_path, "Config file (model and data sections are used)")->required();
@@ -62,7 +65,10 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*train) return gradmesh::cli::run_train(config_path, overrides);
+    if (*train) {
+      if (!init_from.empty()) overrides.push_back("train.init_from=" + init_from);
+      return gradmesh::cli::run_train(config_path, overrides);
+    }
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
