@@ -11,6 +11,10 @@ packages=(
   libcli11-dev                            # command line
   zlib1g-dev                              # gzipped IDX files
   libxxhash-dev                           # checksums
+  libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
+  libgloo-dev                             # TCP collectives
+  libopenmpi-dev openmpi-bin              # the MPI backend and mpirun
+  iproute2                                # network-namespace tests (two emulated hosts)
   libgtest-dev libgmock-dev               # tests
   dataset-fashion-mnist                   # the reference dataset
 )

@@ -15,6 +15,14 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_ALLOC_CACHE", "1", "Reuse freed tensor storage of the same size (0 turns the cache off, e.g. for memory debugging)."},
       {"GRADMESH_DATA_DIR", "/usr/share/datasets/fashion-mnist", "Where data.dir defaults to: the Fashion-MNIST IDX files (Debian package dataset-fashion-mnist)."},
       {"GRADMESH_PROGRESS", "auto", "Progress output: auto (a bar on a terminal, periodic lines otherwise), bar, lines or off."},
+      {"GRADMESH_STORE", "", "Rendezvous store endpoint a worker joins (file:///dir or redis://[:password@]host:port[/db]); set by gradmesh launch."},
+      {"GRADMESH_RUN_ID", "", "Run id shared by all workers of one job; namespaces the store. Set by gradmesh launch."},
+      {"GRADMESH_GENERATION", "0", "Restart generation of the worker group; namespaces the store so a restarted group never reads stale keys."},
+      {"GRADMESH_REDIS_PASSWORD", "", "Redis AUTH password when the redis:// endpoint carries none (keeps it out of process listings)."},
+      {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun, hier with several ranks per host, else gloo."},
+      {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks."},
+      {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
+      {"GRADMESH_HOSTNAME", "", "Address other hosts reach this one at, for TCP backends (empty: MASTER_ADDR on one host, else the host name)."},
   };
   return vars;
 }

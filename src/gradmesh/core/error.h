@@ -17,6 +17,8 @@ enum class ErrorKind {
   kFormat,    // malformed input file (IDX, safetensors, ...)
   kIo,        // the OS refused (open, read, write, rename)
   kShape,     // tensors that do not fit together
+  kTimeout,   // a wait ran past its deadline (store get, collective)
+  kComm,      // a peer, server or link failed (refused, closed, wrong password, broken group)
   kInternal,  // a broken invariant: a bug in gradmesh
 };
 

@@ -1,0 +1,77 @@
+// Store: the small shared key-value space that ranks rendezvous through.
+//
+// Workers publish addresses, agree on ranks and wait for each other here; it
+// is never on the data path. Implementations: FileStore (a directory; one
+// machine, no server) and RedisStore (a real redis-server; a cluster). Every
+// blocking call takes a timeout and fails with Error(kTimeout) naming the
+// keys still missing; a server that cannot be reached, refuses the password
+// or drops the connection is Error(kComm) with a distinct message.
+//
+// Thread-safety: a Store may be used from several threads at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradmesh::comm {
+
+using Millis = std::chrono::milliseconds;
+// Every blocking operation's default deadline, as in PyTorch (300 s).
+inline constexpr Millis kDefaultTimeout{300'000};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Sets `key` to `value`, replacing any earlier value.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Waits until `key` exists and returns its value.
+  virtual std::string get(const std::string& key, Millis timeout = kDefaultTimeout) = 0;
+  // Atomically adds `delta` to the decimal integer at `key` (absent = 0); returns the new value.
+  // A value that is not a decimal integer is Error(kFormat) naming the key.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Atomically: if the current value equals `expected` (an absent key matches
+  // only an empty `expected`), sets `desired`. Returns the value after the call.
+  virtual std::string compare_set(const std::string& key, const std::string& expected,
+                                  const std::string& desired) = 0;
+  // Waits until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, Millis timeout = kDefaultTimeout) = 0;
+  // Whether every key exists now (never blocks).
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Deletes `key`; returns whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+  // The endpoint, for messages: "file:///tmp/run/store", "redis://host:6379/0".
+  virtual std::string describe() const = 0;
+};
+
+// All keys of `inner` under "<prefix>/": separates runs and restart
+// generations sharing one server ("<run_id>/<generation>/...").
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::shared_ptr<Store> inner, std::string prefix);
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, Millis timeout = kDefaultTimeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout = kDefaultTimeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+  std::string describe() const override;
+
+ private:
+  std::string full(const std::string& key) const { return prefix_ + "/" + key; }
+  std::vector<std::string> full(const std::vector<std::string>& keys) const;
+  std::shared_ptr<Store> inner_;
+  std::string prefix_;
+};
+
+// Opens a store from an endpoint URL:
+//   file:///abs/dir                        FileStore in that directory (created if missing)
+//   redis://[:password@]host:port[/db]     RedisStore (the password may also come from GRADMESH_REDIS_PASSWORD)
+// A malformed endpoint is Error(kUsage) saying what was expected.
+std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout = Millis{10'000});
+
+}  // namespace gradmesh::comm

@@ -1,0 +1,44 @@
+#include "gradmesh/comm/work.h"
+
+namespace gradmesh::comm {
+
+bool Work::wait(Millis timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Work::completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr Work::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+double Work::duration_s() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ ? std::chrono::duration<double>(finished_ - started_).count() : 0.0;
+}
+
+void Work::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  started_ = std::chrono::steady_clock::now();
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    if (started_ == std::chrono::steady_clock::time_point{}) started_ = std::chrono::steady_clock::now();
+    finished_ = std::chrono::steady_clock::now();
+    error_ = std::move(error);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace gradmesh::comm
