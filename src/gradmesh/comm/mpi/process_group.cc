@@ -1,0 +1,239 @@
+#include "gradmesh/comm/mpi/process_group.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gradmesh/comm/op_queue.h"
+#include "gradmesh/core/bf16.h"
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::comm {
+namespace {
+
+void check_mpi(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw_error(ErrorKind::kComm, "mpi " + what, std::string(text, static_cast<size_t>(length)));
+}
+
+// MPI_Finalize must run once, after every group is gone, before the process exits.
+void finalize_at_exit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+void ensure_initialized() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw_error(ErrorKind::kComm, "mpi", "this MPI library cannot be called from a communication thread "
+                                          "(thread level " + std::to_string(provided) + "); use another backend");
+    std::atexit(finalize_at_exit);
+  });
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;
+  }
+  return MPI_SUM;
+}
+
+std::string describe(const std::string& op, int64_t seq, const Tensor& t, const std::string& extra = "") {
+  return "mpi " + op + " #" + std::to_string(seq) + " (" + (t.dtype() == DType::kF32 ? "f32" : "bf16") + " x " +
+         std::to_string(t.numel()) + (extra.empty() ? "" : ", " + extra) + ")";
+}
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  MpiProcessGroup(MPI_Comm comm, Millis timeout)
+      : comm_(comm), timeout_(timeout), queue_(std::make_unique<OpQueue>("mpi process group")) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiProcessGroup() override {
+    queue_.reset();  // stop the communication thread before its communicator goes away
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  bool broken() const override { return queue_->broken(); }
+
+  std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
+    const std::string what = describe("allreduce", ++seq_, tensor, reduce_op_name(options.op));
+    return queue_->enqueue(what, [this, &tensor, options, what] {
+      // BF16 travels as float32 so it is summed in float32 and rounded once.
+      Tensor wide = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
+      MPI_Request request;
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, wide.data(), static_cast<int>(wide.numel()), MPI_FLOAT, mpi_op(options.op),
+                               comm_, &request),
+                what);
+      complete(request, what, options.timeout);
+      if (options.op == ReduceOp::kAvg)
+        for (int64_t i = 0; i < wide.numel(); ++i) wide.data()[i] /= static_cast<float>(size_);
+      if (tensor.dtype() != DType::kF32) tensor.copy_from(wide.to(DType::kBF16));
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(Tensor& tensor, const BroadcastOptions& options) override {
+    check_root(options.root, "broadcast");
+    const std::string what = describe("broadcast", ++seq_, tensor, "root " + std::to_string(options.root));
+    return queue_->enqueue(what, [this, &tensor, options, what] {
+      MPI_Request request;
+      check_mpi(MPI_Ibcast(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, options.root, comm_, &request),
+                what);
+      complete(request, what, options.timeout);
+    });
+  }
+
+  std::shared_ptr<Work> allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) override {
+    check_sizes(in, out, size_, "allgather");
+    const std::string what = describe("allgather", ++seq_, in);
+    return queue_->enqueue(what, [this, &in, &out, options, what] {
+      MPI_Request request;
+      const int bytes = static_cast<int>(in.nbytes());
+      check_mpi(MPI_Iallgather(in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE, comm_, &request), what);
+      complete(request, what, options.timeout);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) override {
+    check_sizes(out, in, size_, "reduce_scatter");
+    const std::string what = describe("reduce_scatter", ++seq_, in, reduce_op_name(options.op));
+    return queue_->enqueue(what, [this, &in, &out, options, what] {
+      Tensor wide_in = in.dtype() == DType::kF32 ? in : in.to(DType::kF32);
+      Tensor wide_out = out.dtype() == DType::kF32 ? out : Tensor::empty(out.shape());
+      MPI_Request request;
+      check_mpi(MPI_Ireduce_scatter_block(wide_in.data(), wide_out.data(), static_cast<int>(out.numel()), MPI_FLOAT,
+                                          mpi_op(options.op), comm_, &request),
+                what);
+      complete(request, what, options.timeout);
+      if (options.op == ReduceOp::kAvg)
+        for (int64_t i = 0; i < wide_out.numel(); ++i) wide_out.data()[i] /= static_cast<float>(size_);
+      if (out.dtype() != DType::kF32) out.copy_from(wide_out.to(DType::kBF16));
+    });
+  }
+
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options) override {
+    const std::string what = "mpi barrier #" + std::to_string(++seq_);
+    return queue_->enqueue(what, [this, options, what] {
+      MPI_Request request;
+      check_mpi(MPI_Ibarrier(comm_, &request), what);
+      complete(request, what, options.timeout);
+    });
+  }
+
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
+    check_root(dst, "send");
+    const std::string what = describe("send", ++seq_, tensor, "to rank " + std::to_string(dst));
+    return queue_->enqueue(what, [this, &tensor, dst, tag, options, what] {
+      MPI_Request request;
+      check_mpi(MPI_Isend(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, tag, comm_, &request), what);
+      complete(request, what, options.timeout);
+    });
+  }
+
+  std::shared_ptr<Work> recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
+    check_root(src, "recv");
+    const std::string what = describe("recv", ++seq_, tensor, "from rank " + std::to_string(src));
+    return queue_->enqueue(what, [this, &tensor, src, tag, options, what] {
+      MPI_Request request;
+      check_mpi(MPI_Irecv(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_, &request), what);
+      complete(request, what, options.timeout);
+    });
+  }
+
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
+    bool member = false;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
+        throw_error(ErrorKind::kUsage, "mpi new_group", "ranks must be ascending, unique and in [0, " +
+                                                            std::to_string(size_) + ")");
+      member = member || ranks[i] == rank_;
+    }
+    // Collective over the parent: queue it so it stays ordered with the parent's other operations.
+    MPI_Comm sub = MPI_COMM_NULL;
+    auto work = queue_->enqueue("mpi new_group #" + std::to_string(++seq_), [this, member, &sub, &ranks] {
+      const int color = member ? 0 : MPI_UNDEFINED;
+      int key = 0;
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (ranks[i] == rank_) key = static_cast<int>(i);
+      check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+    });
+    work->wait(timeout_);
+    if (!member) return nullptr;
+    return std::make_shared<MpiProcessGroup>(sub, timeout_);
+  }
+
+ private:
+  // Polls `request` until done or the deadline, backing off from spinning to short sleeps.
+  void complete(MPI_Request& request, const std::string& what, Millis timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int done = 0;
+    for (int polls = 0;; ++polls) {
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw_error(ErrorKind::kTimeout, what,
+                    "timed out after " + std::to_string(timeout.count() / 1000.0) +
+                        " s (MPI does not report which ranks are missing; check every rank's log)");
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 10000 ? 1000 : 50));
+    }
+  }
+
+  void check_root(int r, const char* op) const {
+    if (r < 0 || r >= size_)
+      throw_error(ErrorKind::kUsage, std::string("mpi ") + op,
+                  "rank " + std::to_string(r) + " outside a group of " + std::to_string(size_));
+  }
+
+  static void check_sizes(const Tensor& part, const Tensor& whole, int n, const char* op) {
+    if (part.dtype() != whole.dtype() || whole.numel() != part.numel() * n)
+      throw_error(ErrorKind::kShape, std::string("mpi ") + op,
+                  "expected the larger tensor to hold " + std::to_string(n) + " x " + std::to_string(part.numel()) +
+                      " elements of the same dtype, got " + std::to_string(whole.numel()));
+  }
+
+  MPI_Comm comm_;
+  Millis timeout_;
+  int rank_ = 0, size_ = 1;
+  int64_t seq_ = 0;
+  std::unique_ptr<OpQueue> queue_;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+std::shared_ptr<ProcessGroup> make_mpi_process_group(Millis timeout) {
+  if (!launched_by_mpi())
+    throw_error(ErrorKind::kUsage, "backend mpi", "this process was not started by mpirun/srun (no OMPI_COMM_WORLD_RANK, "
+                                                 "PMI_RANK or PMIX_RANK); use gradmesh launch or another backend");
+  ensure_initialized();
+  return std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD, timeout);
+}
+
+}  // namespace gradmesh::comm

@@ -1,0 +1,23 @@
+// The `mpi` backend: Open MPI's collectives, for jobs started by mpirun/srun.
+//
+// MPI chooses its own transports (shared memory inside a host, TCP or a fast
+// fabric between hosts), so this backend is a thin, ordered, time-limited
+// wrapper: each operation is a non-blocking MPI call polled until done or
+// until its deadline. MPI cannot say which ranks are missing, so a timeout
+// names the operation and sequence number and says so.
+#pragma once
+
+#include <memory>
+
+#include "gradmesh/comm/process_group.h"
+
+namespace gradmesh::comm {
+
+// True when this process was started by an MPI launcher (Open MPI, PMI, PMIx).
+bool launched_by_mpi();
+
+// Initialises MPI on first use (thread level MPI_THREAD_MULTIPLE or SERIALIZED)
+// and returns the group of all MPI ranks. REQUIRES: launched_by_mpi().
+std::shared_ptr<ProcessGroup> make_mpi_process_group(Millis timeout);
+
+}  // namespace gradmesh::comm
