@@ -1,0 +1,187 @@
+#include "gradmesh/comm/endpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <thread>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::comm {
+namespace {
+
+constexpr const char* kExpected = "expected file:///dir or redis://[:password@]host:port[/db]";
+
+[[noreturn]] void bad_endpoint(const std::string& endpoint, const std::string& why) {
+  throw_error(ErrorKind::kUsage, "rendezvous endpoint '" + redact_endpoint(endpoint) + "'",
+              why.empty() ? std::string(kExpected) : why + "; " + kExpected);
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(const std::string& endpoint, const std::string& text, const char* what) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    int hi = i + 2 < text.size() ? hex_digit(text[i + 1]) : -1;
+    int lo = i + 2 < text.size() ? hex_digit(text[i + 2]) : -1;
+    if (hi < 0 || lo < 0)
+      bad_endpoint(endpoint, std::string("bad percent escape in the ") + what + " (write '%' as %25)");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& out) {
+  size_t at = rest.rfind('@');
+  if (at != std::string::npos) {
+    std::string userinfo = rest.substr(0, at);
+    size_t colon = userinfo.find(':');
+    if (colon == std::string::npos)
+      bad_endpoint(endpoint, "the part before '@' needs a ':' before the password (redis://:password@host "
+                             "or redis://user:password@host)");
+    out.user = percent_decode(endpoint, userinfo.substr(0, colon), "user name");
+    out.password = percent_decode(endpoint, userinfo.substr(colon + 1), "password");
+    rest = rest.substr(at + 1);
+  }
+  if (rest.find_first_of("?#") != std::string::npos) bad_endpoint(endpoint, "query parameters are not supported");
+  size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  std::string db = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  std::string port;
+  bool has_port = false;
+  if (!authority.empty() && authority[0] == '[') {
+    size_t close = authority.find(']');
+    if (close == std::string::npos) bad_endpoint(endpoint, "unclosed '[' around an IPv6 address");
+    out.host = authority.substr(1, close - 1);
+    std::string after = authority.substr(close + 1);
+    if (!after.empty() && after[0] != ':') bad_endpoint(endpoint, "expected ':port' after ']'");
+    has_port = !after.empty();
+    if (has_port) port = after.substr(1);
+  } else {
+    size_t colon = authority.find(':');
+    if (colon != std::string::npos && authority.find(':', colon + 1) != std::string::npos)
+      bad_endpoint(endpoint, "write IPv6 addresses in brackets: redis://[::1]:6379");
+    out.host = authority.substr(0, colon);
+    has_port = colon != std::string::npos;
+    if (has_port) port = authority.substr(colon + 1);
+  }
+  if (out.host.empty()) bad_endpoint(endpoint, "missing host");
+  if (has_port) {
+    if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535)
+      bad_endpoint(endpoint, "port '" + port + "' is not a number in 1..65535");
+    out.port = std::stoi(port);
+  }
+  if (!db.empty()) {
+    if (!all_digits(db) || db.size() > 9)
+      bad_endpoint(endpoint, "database '" + db + "' is not a non-negative integer");
+    out.db = std::stoi(db);
+  }
+}
+
+}  // namespace
+
+std::string StoreEndpoint::describe() const {
+  return scheme == Scheme::kFile ? "file://" + path : describe_redis(host, port, db);
+}
+
+std::string describe_redis(const std::string& host, int port, int db) {
+  std::string shown = host.find(':') == std::string::npos ? host : "[" + host + "]";
+  return "redis://" + shown + ":" + std::to_string(port) + "/" + std::to_string(db);
+}
+
+std::string redact_endpoint(const std::string& endpoint) {
+  size_t scheme_end = endpoint.find("://");
+  if (scheme_end == std::string::npos) return endpoint;
+  size_t begin = scheme_end + 3;
+  size_t at = endpoint.rfind('@');
+  if (at == std::string::npos || at < begin) return endpoint;
+  std::string userinfo = endpoint.substr(begin, at - begin);
+  size_t colon = userinfo.find(':');
+  std::string user = colon == std::string::npos ? "" : userinfo.substr(0, colon);
+  return endpoint.substr(0, begin) + user + ":***" + endpoint.substr(at);
+}
+
+StoreEndpoint parse_store_endpoint(const std::string& endpoint) {
+  size_t scheme_end = endpoint.find("://");
+  if (scheme_end == std::string::npos) bad_endpoint(endpoint, "");
+  std::string scheme = endpoint.substr(0, scheme_end);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string rest = endpoint.substr(scheme_end + 3);
+  StoreEndpoint out;
+  if (scheme == "file") {
+    out.scheme = StoreEndpoint::Scheme::kFile;
+    if (rest.empty()) bad_endpoint(endpoint, "missing directory");
+    if (rest[0] != '/')
+      bad_endpoint(endpoint, "'" + rest + "' is not an absolute directory (file://dir would name a host); "
+                             "write three slashes: file:///abs/dir");
+    out.path = rest;
+    return out;
+  }
+  if (scheme == "redis") {
+    out.scheme = StoreEndpoint::Scheme::kRedis;
+    parse_redis(endpoint, rest, out);
+    return out;
+  }
+  bad_endpoint(endpoint, "unknown scheme '" + scheme + "://'");
+}
+
+bool poll_until(Millis timeout, const std::function<bool()>& done) {
+  using Clock = std::chrono::steady_clock;
+  // Caps "forever" so the deadline arithmetic cannot overflow.
+  Millis budget = std::clamp(timeout, Millis{0}, Millis{std::chrono::hours(24 * 365)});
+  Clock::time_point deadline = Clock::now() + budget;
+  Millis pause{1};
+  for (;;) {
+    if (done()) return true;
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, Millis{50});
+  }
+}
+
+std::string printable_key(const std::string& key) {
+  std::string out;
+  for (unsigned char c : key) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+void throw_store_timeout(const std::string& store, Millis timeout, const std::vector<std::string>& missing) {
+  constexpr size_t kShown = 16;
+  std::string keys;
+  for (size_t i = 0; i < missing.size() && i < kShown; ++i) keys += (i ? ", " : "") + printable_key(missing[i]);
+  if (missing.size() > kShown) keys += " and " + std::to_string(missing.size() - kShown) + " more";
+  timeout = std::max(timeout, Millis{0});
+  char duration[32];
+  if (timeout < Millis{1000})
+    std::snprintf(duration, sizeof duration, "%lld ms", static_cast<long long>(timeout.count()));
+  else
+    std::snprintf(duration, sizeof duration, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
+  throw_error(ErrorKind::kTimeout, store,
+              std::string("timed out after ") + duration + " waiting for key" + (missing.size() == 1 ? "" : "s") +
+                  ": " + keys + "; check that the processes which set them are running, or raise GRADMESH_COMM_TIMEOUT");
+}
+
+}  // namespace gradmesh::comm

@@ -1,0 +1,58 @@
+// Store endpoints, and the waiting rules every Store implementation shares.
+//
+// An endpoint names a rendezvous store in one string, so it travels through
+// the launcher's command line (--rdzv-endpoint) and the workers' environment
+// (GRADMESH_STORE):
+//   file:///abs/dir                              FileStore (one machine)
+//   redis://[[user]:password@]host[:port][/db]   RedisStore (port 6379, db 0 by default)
+// The password is percent-decoded (so '@', ':' and '/' can be written as %40,
+// %3A, %2F). Because endpoints may carry a password, every message built from
+// one shows it redacted.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gradmesh/comm/store.h"
+
+namespace gradmesh::comm {
+
+struct StoreEndpoint {
+  enum class Scheme { kFile, kRedis };
+  Scheme scheme = Scheme::kFile;
+  std::string path;      // kFile: an absolute directory
+  std::string host;      // kRedis: name or address, IPv6 without brackets
+  int port = 6379;       // kRedis
+  std::string user;      // kRedis: ACL user (Redis 6+); empty = the default user
+  std::string password;  // kRedis: empty = none given in the endpoint
+  int db = 0;            // kRedis: SELECT index
+
+  // "file:///dir" or "redis://host:port/db"; never the password.
+  std::string describe() const;
+};
+
+// Parses an endpoint; anything malformed is Error(kUsage) that quotes the
+// endpoint (password redacted) and says what was expected.
+StoreEndpoint parse_store_endpoint(const std::string& endpoint);
+
+// The endpoint with any user-info password replaced by "***", for messages.
+std::string redact_endpoint(const std::string& endpoint);
+
+// "redis://host:port/db" with IPv6 hosts in brackets.
+std::string describe_redis(const std::string& host, int port, int db);
+
+// Calls `done` until it returns true, sleeping 1 ms doubling to 50 ms between
+// calls (rendezvous waits last seconds, so polling costs nothing measurable
+// and needs no server-side notification). `done` runs at least once, also
+// with a zero timeout. Returns false when `timeout` passed first.
+bool poll_until(Millis timeout, const std::function<bool()>& done);
+
+// Error(kTimeout): "<store>: timed out after 5.0 s waiting for keys: a, b; ...".
+[[noreturn]] void throw_store_timeout(const std::string& store, Millis timeout,
+                                      const std::vector<std::string>& missing);
+
+// A key made printable for messages: bytes outside 0x20..0x7e as \xNN.
+std::string printable_key(const std::string& key);
+
+}  // namespace gradmesh::comm

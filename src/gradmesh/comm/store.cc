@@ -1,0 +1,46 @@
+#include "gradmesh/comm/store.h"
+
+#include "gradmesh/comm/endpoint.h"
+#include "gradmesh/comm/file_store.h"
+#include "gradmesh/comm/redis_store.h"
+#include "gradmesh/core/env.h"
+
+namespace gradmesh::comm {
+
+PrefixStore::PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
+    : inner_(std::move(inner)), prefix_(std::move(prefix)) {}
+
+std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const std::string& key : keys) out.push_back(full(key));
+  return out;
+}
+
+void PrefixStore::set(const std::string& key, const std::string& value) { inner_->set(full(key), value); }
+
+std::string PrefixStore::get(const std::string& key, Millis timeout) { return inner_->get(full(key), timeout); }
+
+int64_t PrefixStore::add(const std::string& key, int64_t delta) { return inner_->add(full(key), delta); }
+
+std::string PrefixStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
+  return inner_->compare_set(full(key), expected, desired);
+}
+
+void PrefixStore::wait(const std::vector<std::string>& keys, Millis timeout) { inner_->wait(full(keys), timeout); }
+
+bool PrefixStore::check(const std::vector<std::string>& keys) { return inner_->check(full(keys)); }
+
+bool PrefixStore::remove(const std::string& key) { return inner_->remove(full(key)); }
+
+std::string PrefixStore::describe() const { return inner_->describe() + " (keys under '" + prefix_ + "/')"; }
+
+std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout) {
+  StoreEndpoint parsed = parse_store_endpoint(endpoint);
+  if (parsed.scheme == StoreEndpoint::Scheme::kFile) return std::make_shared<FileStore>(parsed.path);
+  // The environment keeps the password out of process listings (ps shows argv).
+  std::string password = parsed.password.empty() ? env_string("GRADMESH_REDIS_PASSWORD") : parsed.password;
+  return std::make_shared<RedisStore>(parsed.host, parsed.port, password, parsed.db, connect_timeout, parsed.user);
+}
+
+}  // namespace gradmesh::comm
