@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -21,16 +22,28 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 
+std::string read_log(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return "(no log)";
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
 TEST(MpiBackend, CollectivesUnderMpirun) {
   if (launched_by_mpi()) GTEST_SKIP() << "this is an MPI worker";
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
   for (int ranks : {2, 3}) {
+    const std::string log = ::testing::TempDir() + "gradmesh_mpi_worker_" + std::to_string(ranks) + ".log";
     const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun "
                             "--oversubscribe -np " + std::to_string(ranks) + " '" + self_exe() +
-                            "' --gtest_filter='MpiWorker.*' > mpi_worker_" + std::to_string(ranks) + ".log 2>&1";
+                            "' --gtest_filter='MpiWorker.*' > '" + log + "' 2>&1";
     const int status = std::system(cmd.c_str());
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "mpirun with " << ranks << " ranks failed; see mpi_worker_" << ranks << ".log in the test directory";
+        << "mpirun with " << ranks << " ranks failed; its output: " << read_log(log);
+    std::remove(log.c_str());
   }
 }
 
