@@ -33,6 +33,7 @@ test-asan: deps
 bench: build
 	@scripts/install-deps.sh --bench
 	python3 bench/engine.py
+	python3 bench/comm.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -2,9 +2,12 @@
 
 #include <cstdio>
 
+#include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
 #include "gradmesh/checkpoint/safetensors.h"
+#include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
@@ -54,6 +57,27 @@ int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {
   else
     std::printf("sgemm n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d)\n", static_cast<long long>(r.n), r.threads,
                 r.seconds_median * 1e3, r.gflops, repeats);
+  return 0;
+}
+
+int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_bytes, int iters, bool json) {
+  if (!comm::launched_as_worker())
+    throw_error(ErrorKind::kUsage, "bench comm",
+                "runs inside a launched job: gradmesh launch --nproc-per-node 2 -- gradmesh bench comm --backend " +
+                    backend);
+  comm::ProcessGroupOptions options;
+  options.backend = backend;
+  std::shared_ptr<comm::ProcessGroup> group = comm::init_process_group_from_environment(options);
+  bench::CommBenchOptions bench_options;
+  bench_options.min_bytes = min_bytes;
+  bench_options.max_bytes = max_bytes;
+  bench_options.iters = iters;
+  const std::vector<bench::CommBenchRow> rows = bench::bench_allreduce(*group, bench_options);
+  if (group->rank() == 0) {
+    const std::string text = json ? bench::format_comm_json(rows, group->backend(), group->size())
+                                  : bench::format_comm_table(rows, group->backend(), group->size());
+    std::fputs(text.c_str(), stdout);
+  }
   return 0;
 }
 

@@ -13,6 +13,8 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
 int run_inspect(const std::string& path);
 int run_env_docs();
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
+// A worker of a launched job (gradmesh launch --nproc-per-node N -- gradmesh bench comm).
+int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_bytes, int iters, bool json);
 int run_config_docs();
 
 }  // namespace gradmesh::cli

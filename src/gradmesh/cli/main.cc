@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "gradmesh/cli/commands.h"
+#include "gradmesh/cli/launch_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
 
@@ -50,11 +51,25 @@ int main(int argc, char** argv) {
   bench_gemm->add_option("--threads", gemm_threads, "BLAS threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   bench_gemm->add_option("--repeats", gemm_repeats, "Timed multiplies (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   bench_gemm->add_flag("--json", gemm_json, "One JSON object instead of a sentence");
+  CLI::App* bench_comm = bench->add_subcommand(
+      "comm", "All-reduce time, algbw and busbw from 4 KB to 64 MB (run under gradmesh launch)");
+  std::string comm_backend = "auto";
+  int64_t comm_min = 4 << 10, comm_max = 64 << 20;
+  int comm_iters = 0;
+  bool comm_json = false;
+  bench_comm->add_option("--backend", comm_backend, "shm, gloo, hier, mpi or auto")->capture_default_str();
+  bench_comm->add_option("--min-bytes", comm_min, "Smallest message")->capture_default_str()->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  bench_comm->add_option("--max-bytes", comm_max, "Largest message (sizes step by 4x)")->capture_default_str()->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  bench_comm->add_option("--iters", comm_iters, "Timed all-reduces per size (0: by size)")->capture_default_str()->check(CLI::Range(0, 1000000));
+  bench_comm->add_flag("--json", comm_json, "One JSON object per size instead of the table");
 
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
   CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
   docs->require_subcommand(1);
+
+  gradmesh::cli::LaunchArgs launch_args;
+  CLI::App* launch = gradmesh::cli::add_launch_command(app, launch_args);
 
   try {
     app.parse(argc, argv);
@@ -71,9 +86,11 @@ int main(int argc, char** argv) {
     }
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
+    if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
+    if (*launch) return gradmesh::cli::run_launch(launch_args);
   } catch (const gradmesh::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "gradmesh: error: %s\n", e.what());

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Collectives benchmark: gradmesh's shm and gloo backends against raw Open MPI and raw Gloo.
+
+Builds the anchors from ../shared/anchors (mpi_allreduce.cc, gloo_allreduce.cc), then
+alternates runs (ours, anchor, ours, anchor, ...) on 2 ranks and reports per-size
+medians: shm against Open MPI (busbw and latency), gloo against raw Gloo's best
+algorithm at each size.
+
+usage: bench/comm.py [--runs N] [--anchors DIR] [--ranks 2]
+"""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRADMESH = os.path.join(ROOT, "build", "gradmesh")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", GRADMESH_DEBUG="WARN")
+
+
+def run(cmd, **kw):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, timeout=600, **kw)
+    if out.returncode != 0:
+        sys.exit(f"command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-3000:]}")
+    return out.stdout
+
+
+def ours(backend, ranks):
+    out = run([GRADMESH, "launch", "--nproc-per-node", str(ranks), "--", GRADMESH, "bench", "comm",
+               "--backend", backend, "--json"])
+    rows = {}
+    for line in out.splitlines():
+        line = line.split(": ", 1)[-1]
+        if line.startswith("{"):
+            j = json.loads(line)
+            rows[j["bytes"]] = (j["time_us"], j["busbw_gbps"])
+    return rows
+
+
+def mpi_anchor(binary, ranks):
+    out = run(["mpirun", "--oversubscribe", "-np", str(ranks), binary])
+    return {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"^\s*(\d+) mpi\s+([\d.]+)us\s+([\d.]+)GB/s", out, re.M)}
+
+
+def gloo_anchor(binary, ranks):
+    with tempfile.TemporaryDirectory() as store:
+        procs = [subprocess.Popen([binary, str(r), str(ranks), store], stdout=subprocess.PIPE, text=True, env=ENV)
+                 for r in range(ranks)]
+        out = procs[0].communicate(timeout=600)[0]
+        for p in procs[1:]:
+            p.wait(timeout=600)
+    rows = {}
+    for m in re.finditer(r"^\s*(\d+) ring\s+([\d.]+)us\s+([\d.]+)GB/s \| chunked\s+([\d.]+)us\s+([\d.]+)GB/s \| hd\s+([\d.]+)us\s+([\d.]+)GB/s",
+                         out, re.M):
+        times = [(float(m.group(2)), float(m.group(3))), (float(m.group(4)), float(m.group(5))),
+                 (float(m.group(6)), float(m.group(7)))]
+        rows[int(m.group(1))] = min(times)  # the best algorithm at this size
+    return rows
+
+
+def medians(samples):
+    sizes = sorted(set.intersection(*(set(s) for s in samples)))
+    return {b: (statistics.median(s[b][0] for s in samples), statistics.median(s[b][1] for s in samples)) for b in sizes}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--anchors", default=os.path.join(ROOT, "..", "shared", "anchors"))
+    a = p.parse_args()
+    build = tempfile.mkdtemp(prefix="gradmesh-anchors-")
+    mpi_bin, gloo_bin = os.path.join(build, "mpi_allreduce"), os.path.join(build, "gloo_allreduce")
+    run(["mpicxx", "-O2", os.path.join(a.anchors, "mpi_allreduce.cc"), "-o", mpi_bin])
+    run(["g++", "-O2", os.path.join(a.anchors, "gloo_allreduce.cc"), "-o", gloo_bin, "-lgloo", "-lpthread"])
+    s, m, g, gl = [], [], [], []
+    for _ in range(a.runs):
+        s.append(ours("shm", a.ranks)); m.append(mpi_anchor(mpi_bin, a.ranks))
+        g.append(ours("gloo", a.ranks)); gl.append(gloo_anchor(gloo_bin, a.ranks))
+    s, m, g, gl = medians(s), medians(m), medians(g), medians(gl)
+    print(f"machine: {os.cpu_count()} cores, {a.ranks} ranks, float32 sum all-reduce; {a.runs} alternating runs, medians")
+    print("| bytes | shm us | Open MPI us | shm busbw GB/s | Open MPI busbw GB/s | shm/MPI busbw | gloo us | raw Gloo best us | gloo/raw time |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b in sorted(set(s) & set(m) & set(g) & set(gl)):
+        print(f"| {b} | {s[b][0]:.1f} | {m[b][0]:.1f} | {s[b][1]:.2f} | {m[b][1]:.2f} | {s[b][1] / m[b][1]:.2f} | "
+              f"{g[b][0]:.1f} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} |")
+    print("targets: shm busbw >= Open MPI's at 256 KB-16 MB; shm 4 KB latency <= 2x Open MPI's; "
+          "gloo time <= 1.10x raw Gloo's best at every size")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+// `gradmesh bench comm`: all-reduce time, algorithm bandwidth and bus
+// bandwidth over a sweep of message sizes, nccl-tests style:
+//   algbw = bytes / time;  busbw = algbw x 2(n-1)/n
+// (busbw is comparable across world sizes: it is what each link carries).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gradmesh/comm/process_group.h"
+
+namespace gradmesh::bench {
+
+struct CommBenchOptions {
+  int64_t min_bytes = 4 << 10;
+  int64_t max_bytes = 64 << 20;
+  int iters = 0;    // 0: chosen per size (more for small messages)
+  int warmup = 5;
+};
+
+struct CommBenchRow {
+  int64_t bytes;
+  double seconds;  // per all-reduce, slowest rank
+  double algbw_gbps, busbw_gbps;
+};
+
+// Collective: every rank of `group` calls it with the same options.
+std::vector<CommBenchRow> bench_allreduce(comm::ProcessGroup& group, const CommBenchOptions& options);
+
+// The table rank 0 prints, and one JSON object per row.
+std::string format_comm_table(const std::vector<CommBenchRow>& rows, const std::string& backend, int world);
+std::string format_comm_json(const std::vector<CommBenchRow>& rows, const std::string& backend, int world);
+
+}  // namespace gradmesh::bench

@@ -1,0 +1,85 @@
+#include "gradmesh/cli/launch_command.h"
+
+#include <cstdlib>
+
+#include "gradmesh/core/env.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/elastic/launch_options.h"
+#include "gradmesh/elastic/launcher.h"
+
+namespace gradmesh::cli {
+namespace {
+
+constexpr const char* kFooter =
+    "Everything after `--` is the worker command, run once per local rank with RANK, LOCAL_RANK, WORLD_SIZE,\n"
+    "MASTER_ADDR, MASTER_PORT, ... set as torchrun sets them. Exit codes and the full environment: docs/launch.md.\n"
+    "Example: gradmesh launch --nproc-per-node 4 -- python3 train.py --epochs 3";
+
+double join_timeout_from_env() {
+  const std::string text = env_string("GRADMESH_COMM_TIMEOUT");
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(seconds > 0))
+    throw_error(ErrorKind::kUsage, "environment variable GRADMESH_COMM_TIMEOUT",
+                "expected a positive number of seconds, got '" + text + "'");
+  return seconds;
+}
+
+}  // namespace
+
+CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
+  CLI::App* launch = app.add_subcommand("launch", "Start and supervise worker processes (torchrun-compatible)");
+  launch->footer(kFooter);
+  launch->add_option("--nnodes", a.nnodes, "Nodes (launchers) in the job")->capture_default_str()->type_name("N");
+  launch->add_option("--nproc-per-node,--nproc_per_node", a.nproc_per_node, "Workers on this node (or 'auto')")
+      ->capture_default_str()
+      ->type_name("K");
+  launch->add_option("--node-rank,--node_rank", a.node_rank, "This node's rank (default: assigned in join order)")
+      ->type_name("R");
+  launch->add_option("--rdzv-endpoint,--rdzv_endpoint", a.rdzv_endpoint,
+                     "Store: file:///dir or redis://[:password@]host:port[/db] (default: a fresh file store)")
+      ->type_name("URL");
+  launch->add_option("--rdzv-id,--rdzv_id", a.rdzv_id, "Run id, the same on every node (default: a fresh id)")
+      ->type_name("ID");
+  launch->add_option("--log-dir,--log_dir", a.log_dir, "Write each rank's output to DIR/rank_<r>.log")
+      ->type_name("DIR");
+  launch->add_option("--master-addr,--master_addr", a.master_addr,
+                     "Address of rank 0 (default: 127.0.0.1 on one node, else GRADMESH_HOSTNAME or the host name)")
+      ->type_name("ADDR");
+  launch->add_option("--master-port,--master_port", a.master_port, "Port of rank 0 (default: a free port)")
+      ->type_name("PORT");
+  launch->add_option("--max-restarts,--max_restarts", a.max_restarts, "Restart the workers after a failure, N times")
+      ->capture_default_str()
+      ->type_name("N");
+  launch->add_option("--join-timeout,--join_timeout", a.join_timeout_s,
+                     "Seconds to wait for all nodes (default: GRADMESH_COMM_TIMEOUT, 300)")
+      ->type_name("SECONDS");
+  launch->add_option("--grace-period,--grace_period", a.grace_period_s,
+                     "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str()
+      ->type_name("SECONDS");
+  launch->add_flag("--standalone", a.standalone, "One node with its own store (the default; accepted for torchrun)");
+  launch->add_option("command", a.command, "The worker command and its arguments (after --)")->type_name("COMMAND");
+  return launch;
+}
+
+int run_launch(const LaunchArgs& a) {
+  elastic::LaunchOptions o;
+  o.nnodes = elastic::parse_nnodes(a.nnodes);
+  o.nproc_per_node = elastic::parse_nproc_per_node(a.nproc_per_node);
+  if (a.standalone && (o.nnodes != 1 || !a.rdzv_endpoint.empty()))
+    throw_error(ErrorKind::kUsage, "--standalone", "means one node with its own store; drop --nnodes/--rdzv-endpoint");
+  o.node_rank = a.node_rank;
+  o.rdzv_endpoint = a.rdzv_endpoint;
+  o.rdzv_id = a.rdzv_id;
+  o.log_dir = a.log_dir;
+  o.master_addr = a.master_addr;
+  o.master_port = a.master_port;
+  o.max_restarts = a.max_restarts;
+  o.join_timeout_s = a.join_timeout_s < 0 ? join_timeout_from_env() : a.join_timeout_s;
+  o.grace_period_s = a.grace_period_s;
+  o.command = a.command;
+  return elastic::run_launcher(o);
+}
+
+}  // namespace gradmesh::cli

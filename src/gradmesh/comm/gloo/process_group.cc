@@ -1,0 +1,548 @@
+#include "gradmesh/comm/gloo/process_group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "gradmesh/comm/endpoint.h"
+#include "gradmesh/comm/gloo/algorithm_choice.h"
+#include "gradmesh/comm/gloo/allreduce_cache.h"
+#include "gradmesh/comm/gloo/device.h"
+#include "gradmesh/comm/gloo/failure_census.h"
+#include "gradmesh/comm/gloo/messages.h"
+#include "gradmesh/comm/gloo/op_watchdog.h"
+#include "gradmesh/comm/gloo/ring_reduce_scatter.h"
+#include "gradmesh/comm/gloo/slots.h"
+#include "gradmesh/comm/gloo/store_adapter.h"
+#include "gradmesh/comm/gloo/transport_access.h"
+#include "gradmesh/comm/op_queue.h"
+#include "gradmesh/comm/reduce.h"
+#include "gradmesh/core/bf16.h"
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::comm {
+namespace gloo_backend {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// Gloo's own timeouts fire this much after ours, so the watchdog, which knows
+// which operation expired, normally reports first.
+constexpr Millis kGlooBackstop{1000};
+// Collectives of at most this many bytes, issued while none is queued or
+// running, run on the caller's thread: the hand-off to the communication
+// thread and back costs ~50 us on 2 busy cores (measured with
+// bench/gloo_crossover.sh), half of a 4 KB all-reduce over loopback.
+constexpr size_t kInlineBytes = size_t{1} << 20;
+// How long a healthy group waits at destruction for its peers (say_goodbye()).
+constexpr Millis kGoodbyeWait{5000};
+
+std::string tensor_text(const Tensor& tensor) {
+  std::string dtype = dtype_name(tensor.dtype());
+  std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char c) { return std::tolower(c); });
+  return dtype + " x " + std::to_string(tensor.numel());
+}
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
+                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> global_ranks);
+  ~GlooProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+  bool broken() const override { return queue_.broken(); }
+
+  std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override;
+  std::shared_ptr<Work> broadcast(Tensor& tensor, const BroadcastOptions& options) override;
+  std::shared_ptr<Work> allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) override;
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options) override;
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override;
+  std::shared_ptr<Work> recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) override;
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
+
+ private:
+  struct Op {
+    std::string description;  // "allreduce #3 (f32 x 1000003, sum)"
+    int64_t seq;
+    Millis timeout;
+    Millis gloo_timeout() const { return timeout + kGlooBackstop; }
+  };
+  struct Waiter {  // one pending send or recv
+    std::thread thread;
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool sending;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
+  // kDefaultTimeout (an option left alone) means the group's timeout.
+  Millis effective(Millis timeout) const { return timeout == kDefaultTimeout ? options_.timeout : timeout; }
+  std::string rank_text(int rank) const;
+  std::string ranks_text(const std::vector<int>& ranks) const;
+  void check_tensor(const Tensor& tensor, const char* op) const;
+  std::shared_ptr<Work> submit(const std::string& name, const std::string& details, size_t bytes, Millis timeout,
+                               std::function<void(const Op&)> body);
+  void run_collective(const Op& op, const std::function<void(const Op&)>& body);
+  [[noreturn]] void fail(const Op& op, std::exception_ptr error, bool expired);
+  void say_goodbye();
+  void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce);
+  std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, int tag,
+                                       const CollectiveOptions& options);
+  void finish_point_to_point(const std::shared_ptr<Work>& work, gloo::transport::UnboundBuffer& buffer, bool sending,
+                             int peer, Millis timeout);
+
+  std::shared_ptr<Store> store_;  // keys under "gloo/<n>/" (sub-groups: "gloo/<n>/sub<k>/")
+  const int rank_, size_;
+  const ProcessGroupOptions options_;
+  const std::vector<int> global_ranks_;  // rank in this group -> rank in the top-level group
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;  // null when size_ == 1
+  std::unique_ptr<AllreduceCache> cache_;
+  // Used by one collective at a time (queued, or inline while none is queued):
+  std::vector<float> staging_;  // BF16 all-reduce in float32
+  std::vector<float> scratch_;  // reduce-scatter partial sums
+
+  std::mutex submit_mutex_;  // numbers collectives and runs inline ones: one submission at a time
+  int64_t seq_ = 0;
+  std::atomic<int> pending_{0};  // collectives queued or running on the communication thread
+  std::mutex state_mutex_;
+  bool in_flight_ = false, closing_ = false;
+  int64_t send_seq_ = 0, recv_seq_ = 0;
+  int subgroups_ = 0;
+  std::mutex waiters_mutex_;
+  std::vector<Waiter> waiters_;
+
+  std::unique_ptr<OpWatchdog> watchdog_;
+  OpQueue queue_;  // last: its thread stops before anything it uses is destroyed
+};
+
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                   const ProcessGroupOptions& options, std::shared_ptr<gloo::transport::Device> device,
+                                   std::vector<int> global_ranks)
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      global_ranks_(std::move(global_ranks)),
+      device_(std::move(device)),
+      queue_("gloo group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")") {
+  watchdog_ = std::make_unique<OpWatchdog>([this] {
+    if (context_) shut_down_connections(*context_);
+  });
+  if (size_ == 1) return;
+  if (!device_) device_ = create_device(choose_listen_address(options_));
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+  // Gloo's pairs keep this timeout for every wait; the watchdog enforces the
+  // operations' own deadlines, so it only needs to cover the longest default.
+  context->setTimeout(std::max(options_.timeout, kDefaultTimeout) + kGlooBackstop);
+  GlooStoreAdapter adapter(store_, options_.timeout);
+  try {
+    context->connectFullMesh(adapter, device_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe() + " (rank " + std::to_string(rank_) + ")",
+                without_source_location(e.what()) + "; check that the ranks can reach each other's addresses "
+                                                     "(GRADMESH_HOSTNAME) and that no firewall blocks TCP");
+  }
+  context_ = std::move(context);
+  cache_ = std::make_unique<AllreduceCache>(context_);
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  bool abandoned;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    closing_ = true;  // no collective starts from now on
+    // An operation still running would otherwise wait out its timeout.
+    if (in_flight_ && context_) shut_down_connections(*context_);
+    abandoned = in_flight_ || pending_.load() > 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(waiters_mutex_);
+    for (Waiter& waiter : waiters_) {
+      if (!*waiter.done) {
+        abandoned = true;
+        waiter.sending ? waiter.buffer->abortWaitSend() : waiter.buffer->abortWaitRecv();
+      }
+      waiter.thread.join();
+    }
+  }
+  if (abandoned) queue_.mark_broken("the group was destroyed with operations still queued or running");
+  if (context_) say_goodbye();
+}
+
+void GlooProcessGroup::say_goodbye() {
+  // Gloo fails a wait whose data has arrived if the connection closes before
+  // the waiting thread wakes up, so a rank that closes right after its last
+  // operation can fail a slower peer's last operation. Every rank therefore
+  // records in the store that it is done and, while the group is healthy,
+  // closes only once all ranks have, or after kGoodbyeWait: the window it
+  // protects is the few milliseconds after a peer's last operation, not
+  // whatever the peer computes before it destroys its group.
+  try {
+    store_->set("bye/" + std::to_string(rank_), "");
+    if (queue_.broken() || !all_connections_open(*context_)) return;
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));
+    poll_until(std::min(options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
+  } catch (const std::exception&) {
+    // A store that fails now only costs the protection above.
+  }
+}
+
+std::string GlooProcessGroup::rank_text(int rank) const {
+  const int global = global_ranks_[static_cast<size_t>(rank)];
+  return std::to_string(rank) + (global == rank ? "" : " (global rank " + std::to_string(global) + ")");
+}
+
+std::string GlooProcessGroup::ranks_text(const std::vector<int>& ranks) const {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + rank_text(ranks[i]);
+  return text;
+}
+
+void GlooProcessGroup::check_tensor(const Tensor& tensor, const char* op) const {
+  if (!tensor.defined())
+    throw_error(ErrorKind::kUsage, std::string("gloo ") + op, "the tensor is undefined; pass an allocated tensor");
+}
+
+std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const std::string& details, size_t bytes,
+                                               Millis timeout, std::function<void(const Op&)> body) {
+  std::lock_guard<std::mutex> lock(submit_mutex_);
+  Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_,
+        effective(timeout)};
+  if (bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
+    auto work = std::make_shared<Work>(op.description);
+    work->start();
+    try {
+      run_collective(op, body);
+      work->finish();
+    } catch (const std::exception& e) {
+      work->finish(std::current_exception());
+      queue_.mark_broken(op.description + " failed: " + e.what());
+    }
+    return work;
+  }
+  pending_.fetch_add(1, std::memory_order_acq_rel);
+  return queue_.enqueue(op.description, [this, op, body = std::move(body)] {
+    struct Done {
+      std::atomic<int>& pending;
+      ~Done() { pending.fetch_sub(1, std::memory_order_acq_rel); }
+    } done{pending_};
+    run_collective(op, body);
+  });
+}
+
+void GlooProcessGroup::run_collective(const Op& op, const std::function<void(const Op&)>& body) {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (closing_)
+      throw_error(ErrorKind::kComm, "gloo " + op.description, "cancelled: the group is being destroyed");
+    in_flight_ = true;
+  }
+  watchdog_->arm(Clock::now() + op.timeout);
+  std::exception_ptr error;
+  try {
+    body(op);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const bool expired = watchdog_->disarm();
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    in_flight_ = false;
+  }
+  if (error || expired) fail(op, error, expired);
+}
+
+void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired) {
+  std::string cause;
+  bool timed_out = expired;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kTimeout && e.kind() != ErrorKind::kComm) throw;  // a bug or usage error: as is
+      cause = e.what();
+      timed_out = timed_out || e.kind() == ErrorKind::kTimeout;
+    } catch (const std::exception& e) {
+      cause = without_source_location(e.what());
+      timed_out = timed_out || mentions_timeout(cause);
+    }
+  }
+  // Tell every peer now, rather than letting each wait out its own deadline.
+  if (context_) shut_down_connections(*context_);
+  bool closing;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    closing = closing_;
+  }
+  if (closing) {
+    const std::string message = "gloo " + op.description + ": cancelled: the group was destroyed while it ran";
+    queue_.mark_broken(message);
+    throw Error(ErrorKind::kComm, message);
+  }
+  CensusResult census = take_failure_census(*store_, op.seq, rank_, size_, timed_out, census_grace(op.timeout));
+  timed_out = timed_out || census.any_timed_out;
+  std::string message = timed_out ? "timed out after " + duration_text(op.timeout)
+                                  : "lost the connection to a peer (" + cause + ")";
+  if (census.available && !census.missing.empty()) {
+    message += "; " + ranks_text(census.missing) + " did not arrive (" + ranks_text(census.reached) + " did)";
+    message += ": check whether " + std::string(census.missing.size() == 1 ? "it" : "they") +
+               " exited (see its log), hung, or issued different collectives";
+  } else if (census.available) {
+    message += "; every rank reached this operation, so the connection between them failed";
+  }
+  if (timed_out && !cause.empty() && !expired) message += " [" + cause + "]";
+  message = "gloo " + op.description + ": " + message;
+  // Broken before the Work fails, so a caller that sees the error also sees broken().
+  queue_.mark_broken(message);
+  throw Error(timed_out ? ErrorKind::kTimeout : ErrorKind::kComm, message);
+}
+
+void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce) {
+  if (size_ == 1 || count == 0) return;
+  float* values = static_cast<float*>(data);
+  if (dtype == DType::kBF16) {
+    if (staging_.size() < static_cast<size_t>(count)) staging_.resize(static_cast<size_t>(count));
+    const uint16_t* src = static_cast<const uint16_t*>(data);
+    for (int64_t i = 0; i < count; ++i) staging_[static_cast<size_t>(i)] = bf16_to_float(src[i]);
+    values = staging_.data();
+  }
+  const ReduceOp gloo_op = reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce;
+  for (int64_t offset = 0; offset < count; offset += AllreduceCache::kMaxCount) {
+    const int64_t piece = std::min(AllreduceCache::kMaxCount, count - offset);
+    const auto algorithm = choose_allreduce_algorithm(static_cast<size_t>(piece) * sizeof(float), size_);
+    cache_->run(algorithm, values + offset, piece, gloo_op);
+  }
+  if (reduce == ReduceOp::kAvg) divide_buffer(values, count, static_cast<float>(size_));
+  if (dtype == DType::kBF16) {
+    uint16_t* dst = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bf16(staging_[static_cast<size_t>(i)]);
+  }
+}
+
+std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {
+  check_tensor(tensor, "allreduce");
+  return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), tensor.nbytes(), options.timeout,
+                 [this, held = tensor, reduce = options.op](const Op&) mutable {
+                   run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
+                 });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const BroadcastOptions& options) {
+  check_tensor(tensor, "broadcast");
+  if (options.root < 0 || options.root >= size_)
+    throw_error(ErrorKind::kUsage, "gloo broadcast",
+                "root " + std::to_string(options.root) + " is not a rank of this group of " + std::to_string(size_));
+  return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), tensor.nbytes(),
+                options.timeout,
+                 [this, held = tensor, root = options.root](const Op& op) mutable {
+                   if (size_ == 1 || held.nbytes() == 0) return;
+                   gloo::BroadcastOptions opts(context_);
+                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
+                   opts.setRoot(root);
+                   opts.setTimeout(op.gloo_timeout());
+                   gloo::broadcast(opts);
+                 });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) {
+  check_tensor(in, "allgather");
+  check_tensor(out, "allgather");
+  if (out.dtype() != in.dtype() || out.numel() != in.numel() * size_)
+    throw_error(ErrorKind::kShape, "gloo allgather",
+                "out must hold size() x in = " + std::to_string(size_) + " x " + tensor_text(in) + ", found " +
+                    tensor_text(out));
+  return submit("allgather", tensor_text(in) + " per rank", out.nbytes(), options.timeout,
+                 [this, source = in, held = out](const Op& op) mutable {
+                   if (held.nbytes() == 0) return;
+                   auto* in_bytes = static_cast<uint8_t*>(const_cast<void*>(source.raw()));
+                   auto* out_bytes = static_cast<uint8_t*>(held.raw());
+                   if (size_ == 1) {
+                     if (in_bytes != out_bytes) std::memcpy(out_bytes, in_bytes, held.nbytes());
+                     return;
+                   }
+                   gloo::AllgatherOptions opts(context_);
+                   opts.setInput(in_bytes, source.nbytes());
+                   opts.setOutput(out_bytes, held.nbytes());
+                   opts.setTimeout(op.gloo_timeout());
+                   gloo::allgather(opts);
+                 });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) {
+  check_tensor(in, "reduce_scatter");
+  check_tensor(out, "reduce_scatter");
+  if (out.dtype() != in.dtype() || in.numel() != out.numel() * size_)
+    throw_error(ErrorKind::kShape, "gloo reduce_scatter",
+                "in must hold size() x out = " + std::to_string(size_) + " x " + tensor_text(out) + ", found " +
+                    tensor_text(in));
+  return submit("reduce_scatter", tensor_text(out) + " per rank, " + reduce_op_name(options.op), in.nbytes(),
+                options.timeout,
+                 [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
+                   if (held.nbytes() == 0) return;
+                   if (size_ == 1) {
+                     std::memcpy(held.raw(), source.raw(), held.nbytes());
+                     return;
+                   }
+                   ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
+                                       op.gloo_timeout(), scratch_);
+                 });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
+  return submit("barrier", "", 0, options.timeout, [this](const Op& op) {
+    if (size_ == 1) return;
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(op.gloo_timeout());
+    gloo::barrier(opts);
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) {
+  return point_to_point(true, tensor, dst, tag, options);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) {
+  return point_to_point(false, tensor, src, tag, options);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::point_to_point(bool sending, const Tensor& tensor, int peer, int tag,
+                                                       const CollectiveOptions& options) {
+  const char* name = sending ? "send" : "recv";
+  check_tensor(tensor, name);
+  if (peer < 0 || peer >= size_ || peer == rank_ || tag < 0)
+    throw_error(ErrorKind::kUsage, std::string("gloo ") + name,
+                (peer == rank_ ? "rank " + std::to_string(peer) + " is this rank"
+                               : "peer " + std::to_string(peer) + " / tag " + std::to_string(tag) + " out of range") +
+                    "; peers are the other ranks 0.." + std::to_string(size_ - 1) + ", tags >= 0");
+  int64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    seq = sending ? ++send_seq_ : ++recv_seq_;
+  }
+  auto work = std::make_shared<Work>(std::string(name) + " #" + std::to_string(seq) + " (" + tensor_text(tensor) +
+                                     (sending ? " to rank " : " from rank ") + rank_text(peer) + ", tag " +
+                                     std::to_string(tag) + ")");
+  work->start();
+  if (queue_.broken()) {
+    work->finish(std::make_exception_ptr(Error(
+        ErrorKind::kComm, "gloo " + work->description() + ": the group is broken by an earlier failure; see its error")));
+    return work;
+  }
+  if (tensor.nbytes() == 0) {
+    work->finish();
+    return work;
+  }
+  const Millis timeout = effective(options.timeout);
+  // The waiter holds the tensor's storage until the transfer is done.
+  Tensor held = tensor;
+  std::shared_ptr<gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(const_cast<void*>(tensor.raw()), tensor.nbytes());
+  const uint64_t slot = kPointToPointSlotBase + static_cast<uint64_t>(tag);
+  try {
+    sending ? buffer->send(peer, slot) : buffer->recv(peer, slot);
+  } catch (const std::exception& e) {
+    work->finish(std::make_exception_ptr(Error(ErrorKind::kComm, "gloo " + work->description() + ": " +
+                                                                     without_source_location(e.what()))));
+    return work;
+  }
+  std::lock_guard<std::mutex> lock(waiters_mutex_);
+  // Reap finished waiters so a long run does not accumulate threads.
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (*it->done) {
+      it->thread.join();
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread thread([this, work, buffer, held, sending, peer, timeout, done] {
+    finish_point_to_point(work, *buffer, sending, peer, timeout);
+    *done = true;
+  });
+  waiters_.push_back(Waiter{std::move(thread), buffer, sending, done});
+  return work;
+}
+
+void GlooProcessGroup::finish_point_to_point(const std::shared_ptr<Work>& work, gloo::transport::UnboundBuffer& buffer,
+                                             bool sending, int peer, Millis timeout) {
+  std::string message;
+  bool timed_out = false;
+  try {
+    const bool completed = sending ? buffer.waitSend(timeout) : buffer.waitRecv(timeout);
+    if (completed) {
+      work->finish();
+      return;
+    }
+    message = "cancelled: the group was destroyed";
+  } catch (const std::exception& e) {
+    const std::string cause = without_source_location(e.what());
+    timed_out = mentions_timeout(cause);
+    message = timed_out ? "timed out after " + duration_text(timeout) + " waiting for rank " + rank_text(peer) +
+                              " to post the matching " + (sending ? "recv" : "send")
+                        : "lost the connection to rank " + rank_text(peer) + " (" + cause + ")";
+  }
+  message = "gloo " + work->description() + ": " + message;
+  if (context_) shut_down_connections(*context_);
+  queue_.mark_broken(message);
+  work->finish(std::make_exception_ptr(Error(timed_out ? ErrorKind::kTimeout : ErrorKind::kComm, message)));
+}
+
+std::shared_ptr<ProcessGroup> GlooProcessGroup::new_group(const std::vector<int>& ranks) {
+  bool valid = !ranks.empty();
+  for (size_t i = 0; valid && i < ranks.size(); ++i)
+    valid = ranks[i] >= 0 && ranks[i] < size_ && (i == 0 || ranks[i] > ranks[i - 1]);
+  if (!valid)
+    throw_error(ErrorKind::kUsage, "gloo new_group",
+                "ranks must be ascending, unique and within 0.." + std::to_string(size_ - 1));
+  int index;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    index = subgroups_++;
+  }
+  auto member = std::find(ranks.begin(), ranks.end(), rank_);
+  if (member == ranks.end()) return nullptr;
+  std::vector<int> globals;
+  for (int r : ranks) globals.push_back(global_ranks_[static_cast<size_t>(r)]);
+  auto store = std::make_shared<PrefixStore>(store_, "sub" + std::to_string(index));
+  return std::make_shared<GlooProcessGroup>(store, static_cast<int>(member - ranks.begin()),
+                                            static_cast<int>(ranks.size()), options_, device_, std::move(globals));
+}
+
+}  // namespace
+}  // namespace gloo_backend
+
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const ProcessGroupOptions& options) {
+  if (!store) throw_error(ErrorKind::kUsage, "gloo", "a store is required for the rendezvous");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw_error(ErrorKind::kUsage, "gloo",
+                "rank " + std::to_string(rank) + " is not within a group of size " + std::to_string(size));
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+  // Every rank creates its groups in the same order, so the n-th group of
+  // each rank meets the others' n-th under "gloo/<n>/": several groups can
+  // share one store without reading each other's addresses.
+  const int64_t instance = store->add("gloo/instances/" + std::to_string(rank), 1);
+  auto prefixed = std::make_shared<PrefixStore>(std::move(store), "gloo/" + std::to_string(instance));
+  return std::make_shared<gloo_backend::GlooProcessGroup>(std::move(prefixed), rank, size, options, nullptr,
+                                                          std::move(ranks));
+}
+
+}  // namespace gradmesh::comm

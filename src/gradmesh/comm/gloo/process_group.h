@@ -1,0 +1,65 @@
+// The gloo backend: ProcessGroup over Gloo's TCP transport, for ranks on
+// several machines (on one machine the shm backend is ~100x faster for
+// small messages).
+//
+// Rendezvous: every rank listens on one address and publishes it through our
+// Store (store_adapter.h), under "gloo/<n>/" for the n-th gloo group this rank
+// creates on that store (so several groups can share one store); Gloo then
+// connects a TCP pair between every two ranks. The address comes from
+// options.hostname, GRADMESH_HOSTNAME or MASTER_ADDR (device.h has the rules).
+//
+// Operations run one at a time in call order on the group's communication
+// thread (OpQueue), except that a collective of at most 1 MiB issued while
+// none is queued or running runs on the caller's thread and is complete when
+// the call returns (the thread hand-off would cost ~50 us, half a 4 KB
+// all-reduce; as in the shm backend, such a call blocks until the peers
+// arrive, so work meant to overlap computation should be larger).
+//   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
+//                   message size (algorithm_choice.h); F32 in place with no
+//                   copy. BF16 is widened into a float32 scratch buffer,
+//                   reduced in float32 and rounded once (2x the bytes of a
+//                   BF16 wire format, but exact float32 accumulation and one
+//                   rounding for any number of ranks). avg = sum, then / n.
+//   broadcast       gloo::broadcast (root sends to each rank).
+//   allgather       gloo::allgather (ring).
+//   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h).
+//   barrier         gloo::barrier.
+//   send / recv     unbound buffers posted at once on the caller's thread
+//                   (they do not wait behind queued collectives, so two ranks
+//                   may exchange messages in either order); a helper thread
+//                   finishes the Work. Tags 0 .. 2^32-1.
+//   new_group       a new Gloo context among the members, rendezvousing under
+//                   "<this group's prefix>/sub<k>/" (k counts new_group calls),
+//                   sharing this group's device.
+//
+// Timeouts: an operation's deadline is its options.timeout, counted from
+// when it starts; left at kDefaultTimeout it means the group's timeout
+// (options.timeout at construction), as in the shm backend. A watchdog
+// (op_watchdog.h) enforces it by shutting the group's connections down.
+// Gloo's own per-wait timeouts are set to max(group timeout, 300 s) + 1 s as
+// a backstop, which caps the tuned all-reduce's deadline there.
+// Any failure (timeout, a peer's connection closing) shuts this rank's
+// connections down too, so every peer fails at once rather than at its own
+// deadline, runs a failure census (failure_census.h) and fails the Work with
+//   Error(kTimeout or kComm): "gloo allreduce #3 (f32 x 1000003, sum): timed
+//   out after 2.0 s; rank 2 did not arrive (ranks 0, 1 did)"
+// The group is then broken: later calls fail at once.
+//
+// Mismatched calls across ranks (different counts for the same collective)
+// are a usage error Gloo does not detect; use GRADMESH_COMM_CHECK=1 to find them.
+#pragma once
+
+#include <memory>
+
+#include "gradmesh/comm/process_group.h"
+
+namespace gradmesh::comm {
+
+// Builds rank `rank` of a gloo group of `size` ranks. Blocks until all ranks
+// have connected, at most options.timeout; a rank that does not arrive is
+// Error(kTimeout) naming it, an address that cannot be bound Error(kComm).
+// REQUIRES: 0 <= rank < size; every rank passes the same store and size.
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const ProcessGroupOptions& options = {});
+
+}  // namespace gradmesh::comm

@@ -1,0 +1,153 @@
+#include "gradmesh/comm/hier/process_group.h"
+
+#include "gradmesh/comm/gloo/process_group.h"
+#include "gradmesh/comm/op_queue.h"
+#include "gradmesh/comm/shm/process_group.h"
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::comm {
+namespace {
+
+class HierProcessGroup : public ProcessGroup {
+ public:
+  HierProcessGroup(std::shared_ptr<Store> store, int rank, int size, int local_rank, int local_size,
+                   const ProcessGroupOptions& options)
+      : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size), host_(rank / local_size),
+        timeout_(options.timeout) {
+    local_ = make_shm_process_group(std::make_shared<PrefixStore>(store, "hier/host" + std::to_string(host_)),
+                                    local_rank, local_size, options.timeout);
+    if (local_rank == 0)
+      leaders_ = make_gloo_process_group(std::make_shared<PrefixStore>(store, "hier/leaders"), host_,
+                                         size / local_size, options);
+    world_ = make_gloo_process_group(std::make_shared<PrefixStore>(store, "hier/world"), rank, size, options);
+    queue_ = std::make_unique<OpQueue>("hier process group");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "hier"; }
+  bool broken() const override {
+    return queue_->broken() || local_->broken() || world_->broken() || (leaders_ && leaders_->broken());
+  }
+
+  std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
+    return queue_->enqueue(describe("allreduce", tensor), [this, &tensor, options] {
+      // BF16 is widened once so the three stages add in float32 and round once at the end.
+      Tensor work = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
+      AllreduceOptions stage = options;
+      if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;  // divide once, by the world size, at the end
+      wait(local_->allreduce(work, stage), options);
+      if (leaders_) wait(leaders_->allreduce(work, stage), options);
+      fan_out(work, options);
+      if (options.op == ReduceOp::kAvg) scale(work, 1.0f / static_cast<float>(size_));
+      if (tensor.dtype() != DType::kF32) tensor.copy_from(work.to(DType::kBF16));
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(Tensor& tensor, const BroadcastOptions& options) override {
+    return queue_->enqueue(describe("broadcast", tensor), [this, &tensor, options] {
+      const int root_host = options.root / local_size_;
+      if (host_ == root_host && options.root % local_size_ != 0) {  // bring the value to the root host's leader
+        BroadcastOptions local = options;
+        local.root = options.root % local_size_;
+        wait(local_->broadcast(tensor, local), options);
+      }
+      if (leaders_) {
+        BroadcastOptions across = options;
+        across.root = root_host;
+        wait(leaders_->broadcast(tensor, across), options);
+      }
+      fan_out(tensor, options);
+    });
+  }
+
+  std::shared_ptr<Work> allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) override {
+    return queue_->enqueue(describe("allgather", in), [this, &in, &out, options] {
+      const int64_t n = in.numel();
+      Tensor host_block = out.slice_flat(static_cast<int64_t>(host_) * local_size_ * n, {local_size_ * n});
+      wait(local_->allgather(in, host_block, options), options);
+      if (leaders_) {
+        Tensor staged = host_block.clone();  // gloo's allgather needs distinct input and output buffers
+        wait(leaders_->allgather(staged, out, options), options);
+      }
+      fan_out(out, options);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) override {
+    // All-reduce, then keep this rank's slice: the same result with the
+    // hierarchical all-reduce's traffic pattern.
+    return queue_->enqueue(describe("reduce_scatter", in), [this, &in, &out, options] {
+      Tensor full = in.to(DType::kF32);
+      AllreduceOptions stage = options;
+      if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;
+      wait(local_->allreduce(full, stage), options);
+      if (leaders_) wait(leaders_->allreduce(full, stage), options);
+      fan_out(full, options);
+      Tensor mine = full.slice_flat(static_cast<int64_t>(rank_) * out.numel(), out.shape());
+      if (options.op == ReduceOp::kAvg) scale(mine, 1.0f / static_cast<float>(size_));
+      out.copy_from(out.dtype() == DType::kF32 ? mine : mine.to(DType::kBF16));
+    });
+  }
+
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options) override {
+    return queue_->enqueue("hier barrier", [this, options] {
+      wait(local_->barrier(options), options);
+      if (leaders_) wait(leaders_->barrier(options), options);
+      wait(local_->barrier(options), options);
+    });
+  }
+
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
+    return world_->send(tensor, dst, tag, options);
+  }
+  std::shared_ptr<Work> recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
+    return world_->recv(tensor, src, tag, options);
+  }
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override { return world_->new_group(ranks); }
+
+ private:
+  static std::string describe(const char* op, const Tensor& t) {
+    return std::string("hier ") + op + " (" + (t.dtype() == DType::kF32 ? "f32" : "bf16") + " x " +
+           std::to_string(t.numel()) + ")";
+  }
+
+  void wait(const std::shared_ptr<Work>& work, const CollectiveOptions& options) {
+    if (!work->wait(options.timeout))
+      throw_error(ErrorKind::kTimeout, work->description(),
+                  "timed out after " + std::to_string(options.timeout.count() / 1000.0) + " s");
+  }
+
+  void fan_out(Tensor& tensor, const CollectiveOptions& options) {
+    if (local_size_ == 1) return;
+    BroadcastOptions from_leader;
+    from_leader.timeout = options.timeout;
+    from_leader.root = 0;
+    wait(local_->broadcast(tensor, from_leader), options);
+  }
+
+  // REQUIRES: t is float32 (the stages above always work in float32).
+  static void scale(Tensor& t, float factor) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] *= factor;
+  }
+
+  int rank_, size_, local_rank_, local_size_, host_;
+  Millis timeout_;
+  std::shared_ptr<ProcessGroup> local_, leaders_, world_;
+  std::unique_ptr<OpQueue> queue_;  // last: joined first on destruction
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_hier_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      int local_rank, int local_size,
+                                                      const ProcessGroupOptions& options) {
+  if (local_size < 1 || size % local_size != 0 || local_rank != rank % local_size)
+    throw_error(ErrorKind::kUsage, "backend hier",
+                "needs the same number of ranks on every host, numbered host-major (rank " + std::to_string(rank) +
+                    " of " + std::to_string(size) + " has local rank " + std::to_string(local_rank) + " of " +
+                    std::to_string(local_size) + "); start the job with gradmesh launch");
+  return std::make_shared<HierProcessGroup>(std::move(store), rank, size, local_rank, local_size, options);
+}
+
+}  // namespace gradmesh::comm

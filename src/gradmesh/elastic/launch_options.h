@@ -1,0 +1,51 @@
+// What `gradmesh launch` was asked to do, in torchrun's vocabulary.
+//
+// cli/launch_command.cc fills a LaunchOptions from the command line;
+// elastic/launcher.cc runs it. Parsing helpers live here so the rules for each
+// flag (and their error messages) are written once and unit-tested without
+// starting processes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradmesh::elastic {
+
+struct LaunchOptions {
+  int nnodes = 1;               // launchers (one per node) that form the job
+  int nproc_per_node = 1;       // workers this launcher starts
+  int node_rank = -1;           // this node's rank; -1 = assigned through the store in join order
+  std::string rdzv_endpoint;    // file:///dir or redis://...; empty = a file store in a fresh directory
+  std::string rdzv_id;          // run id shared by every node; empty = a fresh id (one node only)
+  std::string log_dir;          // empty = no per-rank log files
+  std::string master_addr;      // empty = 127.0.0.1 with one node, else GRADMESH_HOSTNAME or the host name
+  int master_port = 0;          // 0 = a port that is free on node 0 when the group starts
+  int max_restarts = 0;         // restarts of the worker group after a failure (one node only, for now)
+  double join_timeout_s = 300;  // how long the rendezvous waits for all nodes to join
+  double grace_period_s = 10;   // SIGTERM (or the forwarded signal) -> SIGKILL delay when stopping workers
+  std::vector<std::string> command;  // the worker program and its arguments
+};
+
+// "N" or "N:N" (torchrun's elastic "MIN:MAX" form with MIN == MAX). An elastic
+// range or a non-positive count is Error(kUsage) naming --nnodes.
+int parse_nnodes(const std::string& text);
+
+// A positive integer, or "auto"/"cpu" for the number of CPUs of this host.
+int parse_nproc_per_node(const std::string& text);
+
+// Run ids name store keys and directories: 1-128 of [A-Za-z0-9._-], not starting with '.'.
+bool is_valid_run_id(const std::string& id);
+
+// A fresh run id: 12 random hex digits.
+std::string fresh_run_id();
+
+// Checks everything that needs no store and no processes; Error(kUsage) names
+// the flag, what was expected and what was found.
+void validate_launch_options(const LaunchOptions& options);
+
+// The file execve() will run for `name`: a name with a '/' is used as-is, any
+// other is searched on PATH as execvp would. A missing or non-executable
+// command is Error(kUsage) naming it.
+std::string find_executable(const std::string& name);
+
+}  // namespace gradmesh::elastic

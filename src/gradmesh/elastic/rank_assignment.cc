@@ -1,0 +1,153 @@
+#include "gradmesh/elastic/rank_assignment.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::elastic {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using comm::Millis;
+
+// Between interrupt checks: short enough that Ctrl-C during a long join feels
+// immediate, long enough that a 300 s join polls the store rarely.
+constexpr Millis kPollSlice{200};
+
+std::string owner_key(int node) { return "node/" + std::to_string(node) + "/owner"; }
+std::string nproc_key(int node) { return "node/" + std::to_string(node) + "/nproc"; }
+
+std::string seconds_text(Millis ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
+  int rank = req.node_rank;
+  if (rank < 0) {
+    const int64_t joined = store.add("node_counter", 1);
+    if (joined > req.nnodes)
+      throw_error(ErrorKind::kUsage, req.run_label,
+                  "this launcher is node number " + std::to_string(joined) + " to join, but --nnodes is " +
+                      std::to_string(req.nnodes) +
+                      ": more launchers were started than --nnodes, or the store still holds an earlier run "
+                      "with this id; use a fresh --rdzv-id");
+    rank = static_cast<int>(joined - 1);
+  }
+  const std::string owner = store.compare_set(owner_key(rank), "", req.node_label);
+  if (owner != req.node_label)
+    throw_error(ErrorKind::kUsage, req.run_label,
+                "node rank " + std::to_string(rank) + " is already taken by " + owner +
+                    "; give each launcher a distinct --node-rank from 0 to " + std::to_string(req.nnodes - 1) +
+                    ", or leave --node-rank out on every node so the store assigns ranks (do not mix the two). "
+                    "A store left over from an earlier run with this id does the same: use a fresh --rdzv-id");
+  return rank;
+}
+
+[[noreturn]] void throw_join_timeout(comm::Store& store, const RendezvousRequest& req) {
+  std::string missing, joined;
+  int joined_count = 0;
+  for (int node = 0; node < req.nnodes; ++node) {
+    if (store.check({nproc_key(node)})) {
+      ++joined_count;
+      const std::string owner = store.check({owner_key(node)}) ? store.get(owner_key(node), Millis{1000}) : "?";
+      joined += (joined.empty() ? "" : ", ") + std::string("node ") + std::to_string(node) + " = " + owner;
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+    }
+  }
+  throw_error(ErrorKind::kTimeout, req.run_label,
+              std::to_string(joined_count) + " of " + std::to_string(req.nnodes) + " nodes joined within " +
+                  seconds_text(req.join_timeout) + "; missing node rank(s): " + missing +
+                  " (joined: " + (joined.empty() ? "none" : joined) +
+                  "). Start gradmesh launch with the same --nnodes, --rdzv-endpoint and --rdzv-id on the "
+                  "missing node(s), or raise --join-timeout");
+}
+
+void wait_for_nodes(comm::Store& store, const RendezvousRequest& req) {
+  std::vector<std::string> keys;
+  for (int node = 0; node < req.nnodes; ++node) keys.push_back(nproc_key(node));
+  const Clock::time_point deadline = Clock::now() + req.join_timeout;
+  for (;;) {
+    if (req.check_interrupt) req.check_interrupt();
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    try {
+      store.wait(keys, std::clamp(left, Millis{0}, kPollSlice));
+      return;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kTimeout) throw;
+    }
+    if (Clock::now() >= deadline) throw_join_timeout(store, req);
+  }
+}
+
+int parse_positive(const std::string& text, const std::string& key, const std::string& run_label) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < 1 || value > 1'000'000)
+    throw_error(ErrorKind::kFormat, run_label, "store key '" + key + "' holds '" + text + "', expected a positive count");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+RankAssignment join_rendezvous(comm::Store& store, const RendezvousRequest& req) {
+  GRADMESH_CHECK(req.nnodes >= 1 && req.nproc_per_node >= 1, "bad rendezvous request");
+  GRADMESH_CHECK(!req.master_addr.empty(), "master address must be resolved before the rendezvous");
+  RankAssignment out;
+  out.nnodes = req.nnodes;
+  out.local_world_size = req.nproc_per_node;
+  out.node_rank = claim_node_rank(store, req);
+  if (out.node_rank == 0) {
+    const int port = req.master_port != 0 ? req.master_port : find_free_port();
+    store.set("master", req.master_addr + ":" + std::to_string(port));
+  }
+  store.set(nproc_key(out.node_rank), std::to_string(req.nproc_per_node));
+  wait_for_nodes(store, req);
+
+  out.rank_base = out.world_size = 0;
+  for (int node = 0; node < req.nnodes; ++node) {
+    const int nproc = parse_positive(store.get(nproc_key(node), Millis{5000}), nproc_key(node), req.run_label);
+    if (node < out.node_rank) out.rank_base += nproc;
+    out.world_size += nproc;
+  }
+  // node 0 wrote "master" before its nproc key, so it exists by now.
+  const std::string master = store.get("master", Millis{5000});
+  const size_t colon = master.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw_error(ErrorKind::kFormat, req.run_label, "store key 'master' holds '" + master + "', expected ADDR:PORT");
+  out.master_addr = master.substr(0, colon);
+  out.master_port = parse_positive(master.substr(colon + 1), "master", req.run_label);
+  return out;
+}
+
+int find_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw_error(ErrorKind::kIo, "find_free_port", std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_error(ErrorKind::kIo, "find_free_port", std::string("bind to port 0: ") + std::strerror(err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace gradmesh::elastic

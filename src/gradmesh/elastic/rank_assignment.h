@@ -1,0 +1,63 @@
+// Rendezvous of the launchers of one job: which node is which, and which
+// global ranks each node's workers get.
+//
+// Every launcher (one per node) joins through the store, in a key space that
+// the caller has already namespaced by run id and generation (PrefixStore
+// "<run_id>/<generation>/agent"). The protocol, in store keys:
+//   node_counter        add(+1) hands out node ranks in join order when a
+//                       launcher has no --node-rank
+//   node/<r>/owner      compare_set("" -> "<host> pid <pid>") claims rank r, so
+//                       two launchers can never both be node r
+//   master              "<addr>:<port>", written by node 0 before node/0/nproc
+//   node/<r>/nproc      that node's worker count, written last: its presence
+//                       means node r has fully joined
+// Each node then waits until all node/<r>/nproc exist. Global ranks are
+// contiguous per node in node order: node r's local rank l is
+// sum(nproc of nodes < r) + l, so nodes may run different worker counts.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "gradmesh/comm/store.h"
+
+namespace gradmesh::elastic {
+
+struct RankAssignment {
+  int node_rank = 0;
+  int nnodes = 1;
+  int local_world_size = 1;  // this node's workers
+  int rank_base = 0;         // global rank of this node's local rank 0
+  int world_size = 1;        // workers on all nodes
+  std::string master_addr;   // where global rank 0 listens (torch's TCPStore, our TCP backends)
+  int master_port = 0;
+
+  int global_rank(int local_rank) const { return rank_base + local_rank; }
+};
+
+struct RendezvousRequest {
+  int nnodes = 1;
+  int node_rank = -1;        // -1 = take the next rank from node_counter
+  int nproc_per_node = 1;
+  std::string master_addr;   // published if this launcher becomes node 0 (never empty)
+  int master_port = 0;       // published by node 0; 0 = pick a free port now
+  std::string node_label;    // "<host> pid <pid>", for other nodes' messages
+  std::string run_label;     // "run 'ID' at <endpoint>", for messages
+  comm::Millis join_timeout{300'000};
+  // Called between store polls while waiting; may throw to abandon the
+  // rendezvous (the launcher throws when it receives SIGINT or SIGTERM).
+  std::function<void()> check_interrupt;
+};
+
+// Joins, waits for all nodes and returns this node's assignment.
+// Errors: Error(kUsage) when the rank is taken or out of range (a stale store
+// or mismatched flags); Error(kTimeout) naming the node ranks that did not
+// join within join_timeout and the nodes that did.
+RankAssignment join_rendezvous(comm::Store& store, const RendezvousRequest& request);
+
+// A TCP port that is free now on every local address (bind to port 0). The
+// port can be taken by someone else before rank 0 binds it; torchrun accepts
+// the same race.
+int find_free_port();
+
+}  // namespace gradmesh::elastic

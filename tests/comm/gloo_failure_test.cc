@@ -1,0 +1,200 @@
+// The gloo backend when things go wrong: a rank that never arrives (at the
+// rendezvous, at a collective, at a receive), a per-operation timeout shorter
+// than Gloo's own, a group destroyed with an operation in flight, and a peer
+// process killed in the middle of a collective. Every case must fail within
+// its timeout, name the missing rank, and leave the group broken, never hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "comm/collective_reference.h"
+#include "gradmesh/comm/file_store.h"
+#include "gradmesh/comm/gloo/process_group.h"
+#include "gradmesh/core/error.h"
+#include "support/temp_dir.h"
+
+namespace gradmesh::comm {
+namespace {
+
+using TempDir = gradmesh::testing::TempDir;
+// EXPECT_TRUE(contains(...)) with the whole text in the failure message.
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' not found in: " << text;
+}
+
+ProcessGroupOptions loopback(Millis timeout) {
+  ProcessGroupOptions options;
+  options.backend = "gloo";
+  options.hostname = "127.0.0.1";
+  options.timeout = timeout;
+  return options;
+}
+
+// Waits for `work` (bounded, so a hang fails the test) and returns its error.
+Error failure_of(const std::shared_ptr<Work>& work, Millis bound = Millis(20'000)) {
+  try {
+    if (!work->wait(bound)) return Error(ErrorKind::kInternal, "still running after the test's bound (a hang)");
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorKind::kInternal, "succeeded");
+}
+
+TEST(GlooFailure, RendezvousNamesTheRankThatNeverArrived) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::vector<std::string> messages(2);
+  std::vector<ErrorKind> kinds(2, ErrorKind::kInternal);
+  testing::run_rank_threads(2, [&](int rank) {  // ranks 0 and 1 of 3; rank 2 never starts
+    try {
+      make_gloo_process_group(store, rank, 3, loopback(Millis(600)));
+    } catch (const Error& e) {
+      messages[rank] = e.what();
+      kinds[rank] = e.kind();
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(kinds[rank], ErrorKind::kTimeout) << messages[rank];
+    EXPECT_TRUE(contains(messages[rank], "rank 2 did not arrive")) << messages[rank];
+  }
+}
+
+TEST(GlooFailure, CollectiveNamesTheRankThatNeverArrived) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  constexpr int kWorld = 3;
+  std::vector<std::string> messages(kWorld);
+  std::vector<ErrorKind> kinds(kWorld, ErrorKind::kInternal);
+  std::vector<bool> broken(kWorld, false), later_failed(kWorld, false);
+  std::promise<void> others_done;
+  std::shared_future<void> others_done_future = others_done.get_future().share();
+  std::atomic<int> finished{0};
+  const auto errors = testing::run_rank_threads(kWorld, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, kWorld, loopback(Millis(1'000)));
+    Tensor t = Tensor::full({100'003}, 1.0f);
+    group->allreduce(t)->wait();  // everyone arrives at #1
+    if (rank == 2) {
+      // Alive but never calls #2; stays until the others have failed.
+      others_done_future.wait_for(std::chrono::seconds(20));
+      return;
+    }
+    Error error = failure_of(group->allreduce(t));
+    messages[rank] = error.what();
+    kinds[rank] = error.kind();
+    broken[rank] = group->broken();
+    later_failed[rank] = failure_of(group->barrier(), Millis(1'000)).kind() == ErrorKind::kComm;
+    if (++finished == 2) others_done.set_value();
+  });
+  EXPECT_TRUE(errors[0].empty() && errors[1].empty() && errors[2].empty());
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(kinds[rank], ErrorKind::kTimeout) << messages[rank];
+    EXPECT_TRUE(contains(messages[rank], "gloo allreduce #2 (f32 x 100003, sum)"));
+    EXPECT_TRUE(contains(messages[rank], "timed out after 1.0 s"));
+    EXPECT_TRUE(contains(messages[rank], "rank 2 did not arrive (ranks 0, 1 did)"));
+    EXPECT_TRUE(broken[rank]);
+    EXPECT_TRUE(later_failed[rank]) << "a broken group must fail later calls at once";
+  }
+}
+
+TEST(GlooFailure, PerOperationTimeoutShorterThanTheGroupsIsHonoured) {
+  // Gloo's tuned all-reduces time out per pair at the group's 60 s; the
+  // operation's 300 ms must still win (the watchdog shuts the sockets down).
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::string message;
+  std::promise<void> done;
+  std::shared_future<void> done_future = done.get_future().share();
+  testing::run_rank_threads(2, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, 2, loopback(Millis(60'000)));
+    if (rank == 1) {
+      done_future.wait_for(std::chrono::seconds(20));
+      return;
+    }
+    Tensor t = Tensor::full({1'000}, 1.0f);
+    AllreduceOptions options;
+    options.timeout = Millis(300);
+    message = failure_of(group->allreduce(t, options), Millis(10'000)).what();
+    done.set_value();
+  });
+  EXPECT_TRUE(contains(message, "gloo allreduce #1 (f32 x 1000, sum): timed out after 300 ms"));
+  EXPECT_TRUE(contains(message, "rank 1 did not arrive"));
+}
+
+TEST(GlooFailure, ReceiveFromASilentPeerTimesOutNamingIt) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::string message;
+  bool broken = false;
+  std::promise<void> done;
+  std::shared_future<void> done_future = done.get_future().share();
+  testing::run_rank_threads(2, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, 2, loopback(Millis(60'000)));
+    if (rank == 1) {
+      done_future.wait_for(std::chrono::seconds(20));
+      return;
+    }
+    Tensor t = Tensor::zeros({10});
+    CollectiveOptions options;
+    options.timeout = Millis(300);
+    message = failure_of(group->recv(t, 1, 4, options), Millis(10'000)).what();
+    broken = group->broken();
+    done.set_value();
+  });
+  EXPECT_TRUE(contains(message, "gloo recv #1 (f32 x 10 from rank 1, tag 4): timed out after 300 ms waiting for rank 1"));
+  EXPECT_TRUE(broken);
+}
+
+TEST(GlooFailure, DestroyingAGroupWithAnOperationInFlightDoesNotHang) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::string message;
+  std::promise<void> done;
+  std::shared_future<void> done_future = done.get_future().share();
+  testing::run_rank_threads(2, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, 2, loopback(Millis(60'000)));
+    if (rank == 1) {
+      done_future.wait_for(std::chrono::seconds(20));
+      return;
+    }
+    Tensor t = Tensor::full({1'000'003}, 1.0f);  // over 1 MiB: queued, not run on this thread
+    auto work = group->allreduce(t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    group.reset();  // must return long before the 60 s timeout
+    message = failure_of(work, Millis(5'000)).what();
+    done.set_value();
+  });
+  EXPECT_TRUE(contains(message, "gloo allreduce #1 (f32 x 1000003, sum): cancelled: the group was destroyed"));
+}
+
+TEST(GlooFailure, PeerKilledMidCollective) {
+  TempDir dir;
+  constexpr int kWorld = 3;
+  const std::string store_dir = dir.path();
+  const auto outcomes = testing::run_rank_processes(kWorld, [&](int rank) {
+    auto group = make_gloo_process_group(std::make_shared<FileStore>(store_dir), rank, kWorld, loopback(Millis(10'000)));
+    Tensor t = Tensor::full({1'000'003}, 1.0f);
+    group->allreduce(t)->wait();
+    if (rank == 2) {
+      // Dies while its main thread is inside an all-reduce.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        ::raise(SIGKILL);
+      }).detach();
+    }
+    for (int i = 0; i < 100'000; ++i) group->allreduce(t)->wait();
+    throw std::runtime_error("no error after the peer died");
+  });
+  EXPECT_EQ(outcomes[2].signal, SIGKILL);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(outcomes[rank].exit_code, 1) << outcomes[rank].message;
+    EXPECT_TRUE(contains(outcomes[rank].message, "gloo allreduce #"));
+    EXPECT_TRUE(contains(outcomes[rank].message, "rank 2 did not arrive"));
+  }
+}
+
+}  // namespace
+}  // namespace gradmesh::comm

@@ -1,0 +1,106 @@
+// The hier backend (shm inside a host, gloo between host leaders) as 2 hosts
+// x 2 ranks in one process, and the backend registry's choices and errors.
+#include <gtest/gtest.h>
+
+#include "collective_reference.h"
+#include "gradmesh/comm/file_store.h"
+#include "gradmesh/comm/hier/process_group.h"
+#include "gradmesh/core/error.h"
+#include "support/temp_dir.h"
+
+namespace gradmesh::comm {
+namespace {
+
+using testing::Collective;
+using testing::CollectiveCase;
+
+std::vector<CollectiveCase> hier_cases(int world) {
+  std::vector<CollectiveCase> cases;
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        cases.push_back({Collective::kAllreduce, world, dtype, count, op});
+        cases.push_back({Collective::kReduceScatter, world, dtype, count, op});
+      }
+      for (int root = 0; root < world; ++root) cases.push_back({Collective::kBroadcast, world, dtype, count, ReduceOp::kSum, root});
+      cases.push_back({Collective::kAllgather, world, dtype, count});
+    }
+  return cases;
+}
+
+TEST(HierBackend, TwoHostsOfTwoRanksMatchTheReference) {
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  constexpr int kWorld = 4, kLocal = 2;
+  const std::vector<CollectiveCase> cases = hier_cases(kWorld);
+  std::vector<std::string> failures(kWorld);
+  const auto errors = testing::run_rank_threads(kWorld, [&](int rank) {
+    ProcessGroupOptions options;
+    options.timeout = Millis(30'000);
+    options.hostname = "127.0.0.1";
+    auto group = make_hier_process_group(store, rank, kWorld, rank % kLocal, kLocal, options);
+    EXPECT_EQ(group->backend(), "hier");
+    for (const CollectiveCase& c : cases) {
+      const std::string failure = testing::run_case(*group, c);
+      if (!failure.empty() && failures[rank].empty()) failures[rank] = c.describe() + ": " + failure;
+    }
+    ASSERT_TRUE(group->barrier()->wait());
+    // Point to point crosses hosts through the all-ranks gloo group.
+    Tensor msg = Tensor::full({3}, static_cast<float>(rank));
+    if (rank == 0) {
+      ASSERT_TRUE(group->send(msg, 3, 5)->wait());
+    } else if (rank == 3) {
+      ASSERT_TRUE(group->recv(msg, 0, 5)->wait());
+      EXPECT_EQ(msg.data()[2], 0.0f);
+    }
+    ASSERT_TRUE(group->barrier()->wait());
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(failures[r], "") << "rank " << r;
+  }
+}
+
+TEST(HierBackend, RejectsUnevenHosts) {
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  EXPECT_THROW(make_hier_process_group(store, 0, 3, 0, 2, {}), Error);
+}
+
+TEST(BackendRegistry, UnknownAndMisplacedBackendsAreUsageErrors) {
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  ProcessGroupOptions options;
+  options.backend = "nccl2";
+  try {
+    create_process_group(store, 0, 1, options);
+    FAIL() << "an unknown backend must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("shm, gloo, hier, mpi"), std::string::npos) << e.what();
+  }
+  options.backend = "shm";
+  options.local_size = 1;  // ranks spread over hosts: shared memory cannot span them
+  EXPECT_THROW(create_process_group(store, 0, 2, options), Error);
+}
+
+TEST(BackendRegistry, AutoPicksSharedMemoryOnOneHost) {
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  const auto errors = testing::run_rank_threads(2, [&](int rank) {
+    ProcessGroupOptions options;
+    options.local_rank = rank;
+    options.local_size = 2;
+    options.timeout = Millis(10'000);
+    auto group = create_process_group(store, rank, 2, options);
+    EXPECT_EQ(group->backend(), "shm");
+    Tensor t = Tensor::full({4}, 1.0f);
+    ASSERT_TRUE(group->allreduce(t)->wait());
+    EXPECT_EQ(t.data()[0], 2.0f);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+}  // namespace
+}  // namespace gradmesh::comm

@@ -1,0 +1,157 @@
+// The launchers' rendezvous, with nodes as threads over a real FileStore.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <set>
+
+#include "gradmesh/comm/file_store.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/elastic/rank_assignment.h"
+#include "support/temp_dir.h"
+
+namespace gradmesh::elastic {
+namespace {
+
+using comm::Millis;
+
+RendezvousRequest request(int nnodes, int nproc, int node_rank, const std::string& label) {
+  RendezvousRequest r;
+  r.nnodes = nnodes;
+  r.nproc_per_node = nproc;
+  r.node_rank = node_rank;
+  r.master_addr = "127.0.0.1";
+  r.node_label = label;
+  r.run_label = "rendezvous of run 'test'";
+  r.join_timeout = Millis{5000};
+  return r;
+}
+
+TEST(Rendezvous, AssignsDistinctNodesAndContiguousRanks) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  const std::vector<int> nproc = {2, 1, 3};  // heterogeneous worker counts
+  std::vector<std::future<RankAssignment>> nodes;
+  for (size_t i = 0; i < nproc.size(); ++i)
+    nodes.push_back(std::async(std::launch::async, [&, i] {
+      return join_rendezvous(store, request(3, nproc[i], -1, "node-thread-" + std::to_string(i)));
+    }));
+  std::vector<RankAssignment> got;
+  for (auto& f : nodes) got.push_back(f.get());
+
+  std::set<int> node_ranks, global_ranks;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const RankAssignment& a = got[i];
+    node_ranks.insert(a.node_rank);
+    EXPECT_EQ(a.world_size, 6);
+    EXPECT_EQ(a.nnodes, 3);
+    EXPECT_EQ(a.local_world_size, nproc[i]);
+    EXPECT_EQ(a.master_addr, got[0].master_addr);
+    EXPECT_EQ(a.master_port, got[0].master_port);
+    EXPECT_GT(a.master_port, 0);
+    for (int l = 0; l < a.local_world_size; ++l) EXPECT_TRUE(global_ranks.insert(a.global_rank(l)).second);
+  }
+  EXPECT_EQ(node_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(global_ranks, (std::set<int>{0, 1, 2, 3, 4, 5}));
+  // Ranks follow node order: node 0's workers come first.
+  for (const RankAssignment& a : got) {
+    int expected_base = 0;
+    for (const RankAssignment& b : got)
+      if (b.node_rank < a.node_rank) expected_base += b.local_world_size;
+    EXPECT_EQ(a.rank_base, expected_base) << "node " << a.node_rank;
+  }
+}
+
+TEST(Rendezvous, ExplicitNodeRanksAndPortAreKept) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  RendezvousRequest r0 = request(2, 1, 0, "a"), r1 = request(2, 1, 1, "b");
+  r0.master_port = 29555;
+  r1.master_port = 1;  // only node 0's choice counts
+  auto second = std::async(std::launch::async, [&] { return join_rendezvous(store, r1); });
+  const RankAssignment first = join_rendezvous(store, r0);
+  const RankAssignment other = second.get();
+  EXPECT_EQ(first.node_rank, 0);
+  EXPECT_EQ(other.node_rank, 1);
+  EXPECT_EQ(other.global_rank(0), 1);
+  EXPECT_EQ(first.master_port, 29555);
+  EXPECT_EQ(other.master_port, 29555);
+}
+
+TEST(Rendezvous, TakenRankIsAUsageErrorNamingTheOwner) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  RendezvousRequest first = request(2, 1, 1, "hostA pid 1");
+  first.join_timeout = Millis{50};
+  EXPECT_THROW(join_rendezvous(store, first), Error);  // node 0 never comes; rank 1 stays claimed
+  try {
+    join_rendezvous(store, request(2, 1, 1, "hostB pid 2"));
+    ADD_FAILURE() << "a second node 1 must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("already taken by hostA pid 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rendezvous, MissingNodeTimesOutNamingIt) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  RendezvousRequest r = request(3, 2, -1, "lonely pid 9");
+  r.join_timeout = Millis{300};
+  try {
+    join_rendezvous(store, r);
+    ADD_FAILURE() << "must time out";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << what;
+    EXPECT_NE(what.find("1 of 3 nodes joined"), std::string::npos) << what;
+    EXPECT_NE(what.find("missing node rank(s): 1, 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("node 0 = lonely pid 9"), std::string::npos) << what;
+  }
+}
+
+TEST(Rendezvous, TooManyLaunchersAreRefused) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  (void)join_rendezvous(store, request(1, 1, -1, "first"));
+  try {
+    join_rendezvous(store, request(1, 1, -1, "second"));
+    ADD_FAILURE() << "a second launcher for --nnodes 1 with the same run must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fresh --rdzv-id"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rendezvous, InterruptAbandonsTheWait) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  RendezvousRequest r = request(2, 1, -1, "x");
+  int calls = 0;
+  r.check_interrupt = [&calls] {
+    if (++calls == 3) throw std::runtime_error("interrupted");
+  };
+  EXPECT_THROW(join_rendezvous(store, r), std::runtime_error);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(FreePort, IsBindable) {
+  const int port = find_free_port();
+  ASSERT_GT(port, 0);
+  ASSERT_LT(port, 65536);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << "port " << port;
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace gradmesh::elastic
