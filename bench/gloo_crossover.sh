@@ -53,7 +53,8 @@ for size in sorted({s for s, _ in cells}):
 EOF
 done
 
-echo "== ours against raw Gloo, 2 ranks: median over $RUNS runs of each run's fastest round, microseconds"
+echo "== ours against raw Gloo, 2 ranks, microseconds: median over $RUNS runs of each run's fastest round;"
+echo "   ours/same: median over runs of the paired per-round ratio to raw Gloo's run of the same algorithm"
 for run in $(seq "$RUNS"); do
   "$BUILD_DIR/test_comm" --gtest_also_run_disabled_tests --gtest_filter=GlooBench.DISABLED_AllreduceAgainstRawGloo |
     grep -E '^ +[0-9]' >>"$tmp/ours"
@@ -62,11 +63,13 @@ python3 - "$tmp/ours" <<'EOF'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    f = line.split()  # bytes ring chunked hd raw_best ours algorithm ratio
-    rows[int(f[0])].append((float(f[1]), float(f[2]), float(f[3]), float(f[5]), f[6]))
-print(f"{'bytes':>10} {'ring':>10} {'chunked':>10} {'hd':>10} {'ours':>10} {'ours uses':<17} {'ours/best':>9}")
+    f = line.split()  # bytes ring chunked hd ours algorithm ours/best ours/same
+    rows[int(f[0])].append((float(f[1]), float(f[2]), float(f[3]), float(f[4]), f[5], float(f[7])))
+print(f"{'bytes':>10} {'ring':>9} {'chunked':>9} {'hd':>9} {'ours':>9} {'ours uses':<17} {'ours/best':>9} {'ours/same':>9}")
 for size in sorted(rows):
     ring, chunked, hd, ours = (statistics.median(r[i] for r in rows[size]) for i in range(4))
+    same = statistics.median(r[5] for r in rows[size])
     best = min(ring, chunked, hd)
-    print(f"{size:>10} {ring:>10.1f} {chunked:>10.1f} {hd:>10.1f} {ours:>10.1f} {rows[size][0][4]:<17} {ours / best:>9.3f}")
+    print(f"{size:>10} {ring:>9.1f} {chunked:>9.1f} {hd:>9.1f} {ours:>9.1f} {rows[size][0][4]:<17} "
+          f"{ours / best:>9.3f} {same:>9.3f}")
 EOF

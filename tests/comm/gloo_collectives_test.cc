@@ -253,7 +253,8 @@ TEST(GlooGroup, PointToPointMatchesByTagAndKeepsOrder) {
         got.push_back(t.to_vector()[2]);
       }
       if (got != std::vector<float>({3, 4, 1, 2}))
-        failures[rank] = "tags or order mixed up: got " + std::to_string(got[0]) + " " + std::to_string(got[1]) + " " + std::to_string(got[2]) + " " + std::to_string(got[3]);
+        failures[rank] = "tags or order mixed up: got " + std::to_string(got[0]) + " " + std::to_string(got[1]) + " " +
+                         std::to_string(got[2]) + " " + std::to_string(got[3]);
     }
     group->barrier()->wait();
   });

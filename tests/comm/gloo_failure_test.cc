@@ -144,7 +144,8 @@ TEST(GlooFailure, ReceiveFromASilentPeerTimesOutNamingIt) {
     broken = group->broken();
     done.set_value();
   });
-  EXPECT_TRUE(contains(message, "gloo recv #1 (f32 x 10 from rank 1, tag 4): timed out after 300 ms waiting for rank 1"));
+  EXPECT_TRUE(
+      contains(message, "gloo recv #1 (f32 x 10 from rank 1, tag 4): timed out after 300 ms waiting for rank 1"));
   EXPECT_TRUE(broken);
 }
 
@@ -175,7 +176,8 @@ TEST(GlooFailure, PeerKilledMidCollective) {
   constexpr int kWorld = 3;
   const std::string store_dir = dir.path();
   const auto outcomes = testing::run_rank_processes(kWorld, [&](int rank) {
-    auto group = make_gloo_process_group(std::make_shared<FileStore>(store_dir), rank, kWorld, loopback(Millis(10'000)));
+    auto group =
+        make_gloo_process_group(std::make_shared<FileStore>(store_dir), rank, kWorld, loopback(Millis(10'000)));
     Tensor t = Tensor::full({1'000'003}, 1.0f);
     group->allreduce(t)->wait();
     if (rank == 2) {

@@ -68,8 +68,9 @@ void OpQueue::run() {
       item.body();
       item.work->finish();
     } catch (const std::exception& e) {
-      item.work->finish(std::current_exception());
+      // Broken first, so whoever sees the failed Work also sees broken() == true.
       mark_broken(item.work->description() + " failed: " + e.what());
+      item.work->finish(std::current_exception());
     }
   }
 }

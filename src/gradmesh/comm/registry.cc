@@ -45,6 +45,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                 "rank " + std::to_string(rank) + " outside a world of " + std::to_string(size));
   const int local_size = options.local_size >= 0 ? options.local_size : env_int("LOCAL_WORLD_SIZE", size);
   const int local_rank = options.local_rank >= 0 ? options.local_rank : env_int("LOCAL_RANK", rank % local_size);
+  ProcessGroupOptions resolved = options;
+  if (resolved.timeout == kDefaultTimeout) resolved.timeout = Millis{int64_t{1000} * env_int("GRADMESH_COMM_TIMEOUT", 300)};
   std::string requested = options.backend;
   if (requested == "auto") requested = env_string("GRADMESH_BACKEND");
   const std::string backend = pick_backend(requested, size, local_size);
@@ -55,13 +57,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
       throw_error(ErrorKind::kUsage, "backend shm",
                   "needs every rank on one host, but LOCAL_WORLD_SIZE is " + std::to_string(local_size) + " of " +
                       std::to_string(size) + " ranks; use hier or gloo");
-    group = make_shm_process_group(store, rank, size, options.timeout);
+    group = make_shm_process_group(store, rank, size, resolved.timeout);
   } else if (backend == "gloo") {
-    group = make_gloo_process_group(store, rank, size, options);
+    group = make_gloo_process_group(store, rank, size, resolved);
   } else if (backend == "hier") {
-    group = make_hier_process_group(store, rank, size, local_rank, local_size, options);
+    group = make_hier_process_group(store, rank, size, local_rank, local_size, resolved);
   } else if (backend == "mpi") {
-    group = make_mpi_process_group(options.timeout);
+    group = make_mpi_process_group(resolved.timeout);
   } else {
     throw_error(ErrorKind::kUsage, "backend '" + backend + "'", std::string("unknown; built in: ") + kBackends);
   }

@@ -115,7 +115,8 @@ void AllreduceCache::run(AllreduceAlgorithm algorithm, float* data, int64_t coun
   if (it != entries_.end()) {
     entries_.splice(entries_.begin(), entries_, it);
   } else {
-    Entry entry{algorithm, count, op, scratch_bytes(algorithm, count), make_runner(algorithm, context_, data, count, op)};
+    Entry entry{algorithm, count, op, scratch_bytes(algorithm, count),
+                make_runner(algorithm, context_, data, count, op)};
     scratch_bytes_ += entry.scratch_bytes;
     entries_.push_front(std::move(entry));
     evict();
@@ -124,8 +125,7 @@ void AllreduceCache::run(AllreduceAlgorithm algorithm, float* data, int64_t coun
 }
 
 void AllreduceCache::evict() {
-  while (entries_.size() > 1 &&
-         (entries_.size() > static_cast<size_t>(kMaxEntries) || scratch_bytes_ > kBudgetBytes)) {
+  while (entries_.size() > 1 && (entries_.size() > static_cast<size_t>(kMaxEntries) || scratch_bytes_ > kBudgetBytes)) {
     scratch_bytes_ -= entries_.back().scratch_bytes;
     entries_.pop_back();
   }

@@ -2,8 +2,10 @@
 //
 // A Gloo algorithm object allocates its scratch buffers (ring: 2 x bytes,
 // ring-chunked: 2 x bytes, halving-doubling: 1 x bytes, zero-filled) and
-// registers its transport slots when constructed; built per call, that costs
-// up to 2x the collective itself at 1-64 MB (measured, algorithm_choice.cc).
+// registers its transport slots when constructed. Built per call, that cost
+// is paid every time; measured on 2 ranks over loopback (microseconds per
+// all-reduce, object kept / built per call): ring 1 MB 1378 / 5698,
+// ring-chunked 16 MB 16519 / 26495, halving-doubling 64 MB 74193 / 154483.
 // So each (algorithm, count, op) keeps one object, re-pointed at the caller's
 // tensor when the pointer changes (transport_access.h) — no copy of the data.
 //

@@ -94,14 +94,22 @@ std::string choose_listen_address(const ProcessGroupOptions& options) {
 }
 
 std::shared_ptr<gloo::transport::Device> create_device(const std::string& address) {
+  // Checked here rather than left to Gloo, whose error path for an address it
+  // cannot bind leaks the resolver's result and says less.
+  if (!address.empty() && !is_local_address(address))
+    throw_error(ErrorKind::kComm, "gloo",
+                "cannot listen on '" + address +
+                    "': it does not resolve to an address of this machine; set GRADMESH_HOSTNAME to an address of "
+                    "this machine that the other ranks can reach");
   gloo::transport::tcp::attr attr;
   attr.hostname = address;
   try {
     return gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     throw_error(ErrorKind::kComm, "gloo",
-                "cannot listen on " + (address.empty() ? std::string("this machine's host name") : "'" + address + "'") +
-                    ": " + without_source_location(e.what()) +
+                "cannot listen on " +
+                    (address.empty() ? std::string("this machine's host name") : "'" + address + "'") + ": " +
+                    without_source_location(e.what()) +
                     "; set GRADMESH_HOSTNAME to an address of this machine that the other ranks can reach");
   }
 }

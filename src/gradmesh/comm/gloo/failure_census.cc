@@ -8,9 +8,7 @@
 namespace gradmesh::comm::gloo_backend {
 namespace {
 
-std::string census_key(int64_t seq, int rank) {
-  return "census/" + std::to_string(seq) + "/" + std::to_string(rank);
-}
+std::string census_key(int64_t seq, int rank) { return "census/" + std::to_string(seq) + "/" + std::to_string(rank); }
 
 constexpr const char* kTimedOut = "timeout";
 constexpr const char* kFailed = "failed";

@@ -20,10 +20,10 @@
 namespace gradmesh::comm::gloo_backend {
 
 struct CensusResult {
-  bool available = false;     // false: the store failed; nothing is known
-  std::vector<int> reached;   // ranks that recorded reaching the collective (including this one)
-  std::vector<int> missing;   // ranks with no record after the grace period
-  bool any_timed_out = false; // some rank that reached it saw a timeout (not only closed connections)
+  bool available = false;      // false: the store failed; nothing is known
+  std::vector<int> reached;    // ranks that recorded reaching the collective (including this one)
+  std::vector<int> missing;    // ranks with no record after the grace period
+  bool any_timed_out = false;  // some rank that reached it saw a timeout (not only closed connections)
 };
 
 // The grace period for a collective with `timeout`: long enough for every

@@ -128,9 +128,8 @@ class GlooProcessGroup final : public ProcessGroup {
   OpQueue queue_;  // last: its thread stops before anything it uses is destroyed
 };
 
-GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                                   const ProcessGroupOptions& options, std::shared_ptr<gloo::transport::Device> device,
-                                   std::vector<int> global_ranks)
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
+                                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> global_ranks)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
@@ -144,9 +143,10 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (size_ == 1) return;
   if (!device_) device_ = create_device(choose_listen_address(options_));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-  // Gloo's pairs keep this timeout for every wait; the watchdog enforces the
-  // operations' own deadlines, so it only needs to cover the longest default.
-  context->setTimeout(std::max(options_.timeout, kDefaultTimeout) + kGlooBackstop);
+  // Gloo's pairs keep this timeout for every later wait (the watchdog enforces
+  // each operation's own deadline first); it also bounds connecting, which
+  // Gloo waits for up to 5x this, so it stays close to the group's timeout.
+  context->setTimeout(options_.timeout + kGlooBackstop);
   GlooStoreAdapter adapter(store_, options_.timeout);
   try {
     context->connectFullMesh(adapter, device_);
@@ -154,8 +154,9 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     throw;
   } catch (const std::exception& e) {
     throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe() + " (rank " + std::to_string(rank_) + ")",
-                without_source_location(e.what()) + "; check that the ranks can reach each other's addresses "
-                                                     "(GRADMESH_HOSTNAME) and that no firewall blocks TCP");
+                without_source_location(e.what()) +
+                    "; check that the ranks can reach each other's addresses "
+                    "(GRADMESH_HOSTNAME) and that no firewall blocks TCP");
   }
   context_ = std::move(context);
   cache_ = std::make_unique<AllreduceCache>(context_);
@@ -222,8 +223,7 @@ void GlooProcessGroup::check_tensor(const Tensor& tensor, const char* op) const 
 std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const std::string& details, size_t bytes,
                                                Millis timeout, std::function<void(const Op&)> body) {
   std::lock_guard<std::mutex> lock(submit_mutex_);
-  Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_,
-        effective(timeout)};
+  Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_, effective(timeout)};
   if (bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
     auto work = std::make_shared<Work>(op.description);
     work->start();
@@ -249,8 +249,7 @@ std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const st
 void GlooProcessGroup::run_collective(const Op& op, const std::function<void(const Op&)>& body) {
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
-    if (closing_)
-      throw_error(ErrorKind::kComm, "gloo " + op.description, "cancelled: the group is being destroyed");
+    if (closing_) throw_error(ErrorKind::kComm, "gloo " + op.description, "cancelled: the group is being destroyed");
     in_flight_ = true;
   }
   watchdog_->arm(Clock::now() + op.timeout);
@@ -269,13 +268,18 @@ void GlooProcessGroup::run_collective(const Op& op, const std::function<void(con
 }
 
 void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired) {
+  // Tell every peer now, rather than letting each wait out its own deadline.
+  if (context_) shut_down_connections(*context_);
   std::string cause;
   bool timed_out = expired;
   if (error) {
     try {
       std::rethrow_exception(error);
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kTimeout && e.kind() != ErrorKind::kComm) throw;  // a bug or usage error: as is
+      if (e.kind() != ErrorKind::kTimeout && e.kind() != ErrorKind::kComm) {
+        queue_.mark_broken("gloo " + op.description + " failed: " + e.what());
+        throw;  // a bug or a usage error: reported as it is
+      }
       cause = e.what();
       timed_out = timed_out || e.kind() == ErrorKind::kTimeout;
     } catch (const std::exception& e) {
@@ -283,8 +287,6 @@ void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired
       timed_out = timed_out || mentions_timeout(cause);
     }
   }
-  // Tell every peer now, rather than letting each wait out its own deadline.
-  if (context_) shut_down_connections(*context_);
   bool closing;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
@@ -297,8 +299,8 @@ void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired
   }
   CensusResult census = take_failure_census(*store_, op.seq, rank_, size_, timed_out, census_grace(op.timeout));
   timed_out = timed_out || census.any_timed_out;
-  std::string message = timed_out ? "timed out after " + duration_text(op.timeout)
-                                  : "lost the connection to a peer (" + cause + ")";
+  std::string message =
+      timed_out ? "timed out after " + duration_text(op.timeout) : "lost the connection to a peer (" + cause + ")";
   if (census.available && !census.missing.empty()) {
     message += "; " + ranks_text(census.missing) + " did not arrive (" + ranks_text(census.reached) + " did)";
     message += ": check whether " + std::string(census.missing.size() == 1 ? "it" : "they") +
@@ -338,9 +340,9 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce");
   return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), tensor.nbytes(), options.timeout,
-                 [this, held = tensor, reduce = options.op](const Op&) mutable {
-                   run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
-                 });
+                [this, held = tensor, reduce = options.op](const Op&) mutable {
+                  run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
+                });
 }
 
 std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const BroadcastOptions& options) {
@@ -349,15 +351,14 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const Broadcas
     throw_error(ErrorKind::kUsage, "gloo broadcast",
                 "root " + std::to_string(options.root) + " is not a rank of this group of " + std::to_string(size_));
   return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), tensor.nbytes(),
-                options.timeout,
-                 [this, held = tensor, root = options.root](const Op& op) mutable {
-                   if (size_ == 1 || held.nbytes() == 0) return;
-                   gloo::BroadcastOptions opts(context_);
-                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
-                   opts.setRoot(root);
-                   opts.setTimeout(op.gloo_timeout());
-                   gloo::broadcast(opts);
-                 });
+                options.timeout, [this, held = tensor, root = options.root](const Op& op) mutable {
+                  if (size_ == 1 || held.nbytes() == 0) return;
+                  gloo::BroadcastOptions opts(context_);
+                  opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
+                  opts.setRoot(root);
+                  opts.setTimeout(op.gloo_timeout());
+                  gloo::broadcast(opts);
+                });
 }
 
 std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) {
@@ -368,20 +369,20 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out,
                 "out must hold size() x in = " + std::to_string(size_) + " x " + tensor_text(in) + ", found " +
                     tensor_text(out));
   return submit("allgather", tensor_text(in) + " per rank", out.nbytes(), options.timeout,
-                 [this, source = in, held = out](const Op& op) mutable {
-                   if (held.nbytes() == 0) return;
-                   auto* in_bytes = static_cast<uint8_t*>(const_cast<void*>(source.raw()));
-                   auto* out_bytes = static_cast<uint8_t*>(held.raw());
-                   if (size_ == 1) {
-                     if (in_bytes != out_bytes) std::memcpy(out_bytes, in_bytes, held.nbytes());
-                     return;
-                   }
-                   gloo::AllgatherOptions opts(context_);
-                   opts.setInput(in_bytes, source.nbytes());
-                   opts.setOutput(out_bytes, held.nbytes());
-                   opts.setTimeout(op.gloo_timeout());
-                   gloo::allgather(opts);
-                 });
+                [this, source = in, held = out](const Op& op) mutable {
+                  if (held.nbytes() == 0) return;
+                  auto* in_bytes = static_cast<uint8_t*>(const_cast<void*>(source.raw()));
+                  auto* out_bytes = static_cast<uint8_t*>(held.raw());
+                  if (size_ == 1) {
+                    if (in_bytes != out_bytes) std::memcpy(out_bytes, in_bytes, held.nbytes());
+                    return;
+                  }
+                  gloo::AllgatherOptions opts(context_);
+                  opts.setInput(in_bytes, source.nbytes());
+                  opts.setOutput(out_bytes, held.nbytes());
+                  opts.setTimeout(op.gloo_timeout());
+                  gloo::allgather(opts);
+                });
 }
 
 std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) {
@@ -392,16 +393,15 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
                 "in must hold size() x out = " + std::to_string(size_) + " x " + tensor_text(out) + ", found " +
                     tensor_text(in));
   return submit("reduce_scatter", tensor_text(out) + " per rank, " + reduce_op_name(options.op), in.nbytes(),
-                options.timeout,
-                 [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
-                   if (held.nbytes() == 0) return;
-                   if (size_ == 1) {
-                     std::memcpy(held.raw(), source.raw(), held.nbytes());
-                     return;
-                   }
-                   ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
-                                       op.gloo_timeout(), scratch_);
-                 });
+                options.timeout, [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
+                  if (held.nbytes() == 0) return;
+                  if (size_ == 1) {
+                    std::memcpy(held.raw(), source.raw(), held.nbytes());
+                    return;
+                  }
+                  ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
+                                      op.gloo_timeout(), scratch_);
+                });
 }
 
 std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
@@ -440,8 +440,9 @@ std::shared_ptr<Work> GlooProcessGroup::point_to_point(bool sending, const Tenso
                                      std::to_string(tag) + ")");
   work->start();
   if (queue_.broken()) {
-    work->finish(std::make_exception_ptr(Error(
-        ErrorKind::kComm, "gloo " + work->description() + ": the group is broken by an earlier failure; see its error")));
+    work->finish(std::make_exception_ptr(
+        Error(ErrorKind::kComm,
+              "gloo " + work->description() + ": the group is broken by an earlier failure; see its error")));
     return work;
   }
   if (tensor.nbytes() == 0) {
@@ -457,8 +458,8 @@ std::shared_ptr<Work> GlooProcessGroup::point_to_point(bool sending, const Tenso
   try {
     sending ? buffer->send(peer, slot) : buffer->recv(peer, slot);
   } catch (const std::exception& e) {
-    work->finish(std::make_exception_ptr(Error(ErrorKind::kComm, "gloo " + work->description() + ": " +
-                                                                     without_source_location(e.what()))));
+    work->finish(std::make_exception_ptr(
+        Error(ErrorKind::kComm, "gloo " + work->description() + ": " + without_source_location(e.what()))));
     return work;
   }
   std::lock_guard<std::mutex> lock(waiters_mutex_);

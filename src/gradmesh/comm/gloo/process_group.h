@@ -36,8 +36,10 @@
 // when it starts; left at kDefaultTimeout it means the group's timeout
 // (options.timeout at construction), as in the shm backend. A watchdog
 // (op_watchdog.h) enforces it by shutting the group's connections down.
-// Gloo's own per-wait timeouts are set to max(group timeout, 300 s) + 1 s as
-// a backstop, which caps the tuned all-reduce's deadline there.
+// Gloo's own per-wait timeouts are the group's timeout + 1 s, a backstop
+// that also caps any single wait of the tuned all-reduce: an operation may
+// ask for a longer timeout than the group's, but only the other operations
+// honour all of it.
 // Any failure (timeout, a peer's connection closing) shuts this rank's
 // connections down too, so every peer fails at once rather than at its own
 // deadline, runs a failure census (failure_census.h) and fails the Work with

@@ -72,8 +72,7 @@ void ring_reduce_scatter(gloo::Context& context, const void* in, void* out, int6
   const int left = ring(rank - 1), right = ring(rank + 1);
   for (int step = 0; step < n - 1; ++step) {
     gloo::transport::UnboundBuffer& incoming = *half_buffer[step % 2];
-    gloo::transport::UnboundBuffer& outgoing =
-        step == 0 && first_send ? *first_send : *half_buffer[(step + 1) % 2];
+    gloo::transport::UnboundBuffer& outgoing = step == 0 && first_send ? *first_send : *half_buffer[(step + 1) % 2];
     incoming.recv(left, kReduceScatterSlot);
     outgoing.send(right, kReduceScatterSlot);
     wait_recv(incoming, wait_timeout);

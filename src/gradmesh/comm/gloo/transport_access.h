@@ -7,7 +7,7 @@
 // - rebind_send_buffer: Gloo's allreduce algorithm objects (ring, ring-
 //   chunked, halving-doubling) bind their send buffers to the user's pointer
 //   at construction, and constructing one per call costs up to 2x the
-//   collective itself (their scratch allocations, see algorithm_choice.h).
+//   collective itself (their scratch allocations, see allreduce_cache.h).
 //   Keeping one object per (algorithm, count, op) and pointing its send
 //   buffers at the next call's tensor gives raw-Gloo speed on any tensor.
 //   Every rank rebinds only its own buffers, so ranks still agree on slots.
