@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "comm/collective_reference.h"
+#include "support/temp_dir.h"
 #include "gradmesh/comm/checked_process_group.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/shm/process_group.h"
@@ -18,18 +19,7 @@ namespace {
 using testing::Collective;
 using testing::CollectiveCase;
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gradmesh-check-test-XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = ::gradmesh::testing::TempDir;
 
 std::string failure_of(const std::shared_ptr<Work>& work) {
   try {

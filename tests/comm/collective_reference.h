@@ -198,6 +198,14 @@ inline std::string run_case(ProcessGroup& group, const CollectiveCase& c) {
   return compare_output(c, group.rank(), output);
 }
 
+// "rank r: message" lines for the ranks that reported an error ("" when none did).
+inline std::string join_errors(const std::vector<std::string>& errors) {
+  std::string text;
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) text += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
+  return text;
+}
+
 // Runs body(rank) on `world` threads; returns each rank's exception message ("" = none).
 inline std::vector<std::string> run_rank_threads(int world, const std::function<void(int rank)>& body) {
   std::vector<std::string> errors(world);

@@ -56,12 +56,7 @@ std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& cou
   return cases;
 }
 
-std::string join_errors(const std::vector<std::string>& errors) {
-  std::string text;
-  for (size_t r = 0; r < errors.size(); ++r)
-    if (!errors[r].empty()) text += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
-  return text;
-}
+using testing::join_errors;
 
 class GlooWorld : public ::testing::TestWithParam<int> {};
 

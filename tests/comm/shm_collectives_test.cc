@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "comm/collective_reference.h"
+#include "comm/shm_segments.h"
+#include "support/temp_dir.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/comm/shm/segment.h"
@@ -19,27 +21,9 @@ namespace {
 using testing::Collective;
 using testing::CollectiveCase;
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gradmesh-shm-test-XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
+using TempDir = ::gradmesh::testing::TempDir;
 
- private:
-  std::string path_;
-};
-
-// Segments of groups that rendezvoused through `store` still present in /dev/shm.
-std::vector<std::string> leftover_segments(const Store& store) {
-  const std::string prefix = shm::segment_name_prefix(store.describe()).substr(1);
-  std::vector<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().filename());
-  return found;
-}
+using testing::leftover_segments;
 
 std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& counts) {
   std::vector<CollectiveCase> cases;
@@ -55,12 +39,7 @@ std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& cou
   return cases;
 }
 
-std::string join_errors(const std::vector<std::string>& errors) {
-  std::string text;
-  for (size_t r = 0; r < errors.size(); ++r)
-    if (!errors[r].empty()) text += "rank " + std::to_string(r) + ": " + errors[r] + "\n";
-  return text;
-}
+using testing::join_errors;
 
 class ShmWorld : public ::testing::TestWithParam<int> {};
 

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "comm/collective_reference.h"
+#include "comm/shm_segments.h"
+#include "support/temp_dir.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/comm/shm/segment.h"
@@ -17,26 +19,9 @@
 namespace gradmesh::comm {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gradmesh-shm-test-XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
+using TempDir = ::gradmesh::testing::TempDir;
 
- private:
-  std::string path_;
-};
-
-std::vector<std::string> leftover_segments(const Store& store) {
-  const std::string prefix = shm::segment_name_prefix(store.describe()).substr(1);
-  std::vector<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().filename());
-  return found;
-}
+using testing::leftover_segments;
 
 // The error a Work failed with: kind and message.
 std::pair<ErrorKind, std::string> failure_of(const std::shared_ptr<Work>& work) {
