@@ -22,7 +22,7 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun, hier with several ranks per host, else gloo."},
       {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks."},
       {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
-      {"GRADMESH_HOSTNAME", "", "Address other hosts reach this one at, for TCP backends (empty: MASTER_ADDR on one host, else the host name)."},
+      {"GRADMESH_HOSTNAME", "", "Address TCP backends listen on and other hosts reach this one at. Empty: MASTER_ADDR if it is an address of this host, else this host's address on the route to MASTER_ADDR, else the host name."},
   };
   return vars;
 }
