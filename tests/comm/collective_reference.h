@@ -198,6 +198,23 @@ inline std::string run_case(ProcessGroup& group, const CollectiveCase& c) {
   return compare_output(c, group.rank(), output);
 }
 
+// Every collective, dtype and reduce op at each count; broadcasts from the
+// first and the last rank.
+inline std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& counts) {
+  std::vector<CollectiveCase> cases;
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int64_t count : counts) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        cases.push_back({Collective::kAllreduce, world, dtype, count, op});
+        cases.push_back({Collective::kReduceScatter, world, dtype, count, op});
+      }
+      cases.push_back({Collective::kBroadcast, world, dtype, count, ReduceOp::kSum, world - 1});
+      if (world > 1) cases.push_back({Collective::kBroadcast, world, dtype, count, ReduceOp::kSum, 0});
+      cases.push_back({Collective::kAllgather, world, dtype, count});
+    }
+  return cases;
+}
+
 // "rank r: message" lines for the ranks that reported an error ("" when none did).
 inline std::string join_errors(const std::vector<std::string>& errors) {
   std::string text;

@@ -25,19 +25,7 @@ using TempDir = ::gradmesh::testing::TempDir;
 
 using testing::leftover_segments;
 
-std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& counts) {
-  std::vector<CollectiveCase> cases;
-  for (DType dtype : {DType::kF32, DType::kBF16})
-    for (int64_t count : counts) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
-        cases.push_back({Collective::kAllreduce, world, dtype, count, op});
-        cases.push_back({Collective::kReduceScatter, world, dtype, count, op});
-      }
-      cases.push_back({Collective::kBroadcast, world, dtype, count, ReduceOp::kSum, world - 1});
-      cases.push_back({Collective::kAllgather, world, dtype, count});
-    }
-  return cases;
-}
+using testing::all_cases;
 
 using testing::join_errors;
 
