@@ -1,6 +1,7 @@
 #include "gradmesh/cli/commands.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
@@ -8,6 +9,8 @@
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/elastic/launch_options.h"
+#include "gradmesh/elastic/launcher.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
@@ -16,15 +19,56 @@
 
 namespace gradmesh::cli {
 
-int run_train(const std::string& config_path, const std::vector<std::string>& overrides) {
+namespace {
+
+// This program's own path, so the launcher can start copies of it as workers.
+std::string self_executable() {
+  std::error_code error;
+  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw_error(ErrorKind::kIo, "/proc/self/exe", "cannot find the gradmesh executable: " + error.message());
+  return path.string();
+}
+
+// `gradmesh train --nproc-per-node K`: the same command, K times, under the launcher.
+int launch_training(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& nproc_per_node) {
+  elastic::LaunchOptions o;
+  o.nproc_per_node = elastic::parse_nproc_per_node(nproc_per_node);
+  o.command = {self_executable(), "train", config_path};
+  for (const std::string& override_text : overrides) {
+    o.command.push_back("--set");
+    o.command.push_back(override_text);
+  }
+  return elastic::run_launcher(o);
+}
+
+}  // namespace
+
+int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
+              const std::string& nproc_per_node) {
+  // Parsed before any worker starts, so a config error is reported once.
   const train::Config config = train::load_config(config_path, overrides);
-  const train::TrainSummary s = train::run_training(config);
-  std::printf("trained %lld steps (%lld samples) in %.1f s: %.0f samples/s, %.1f GEMM GFLOP/s\n",
-              static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.train_seconds, s.samples_per_s,
-              s.gemm_gflops_per_s);
+  if (!nproc_per_node.empty() && !comm::launched_as_worker())
+    return launch_training(config_path, overrides, nproc_per_node);
+  std::shared_ptr<comm::ProcessGroup> group;
+  if (comm::launched_as_worker()) {
+    comm::ProcessGroupOptions options;
+    options.backend = config.parallel.backend;
+    options.timeout = comm::Millis(static_cast<int64_t>(config.parallel.timeout_s * 1000));
+    group = comm::init_process_group_from_environment(options);
+  }
+  const train::TrainSummary s = train::run_training(config, stderr, group);
+  if (group && group->rank() != 0) return 0;  // rank 0 speaks for the job
+  std::printf("trained %lld steps (%lld samples) on %d rank%s in %.1f s: %.0f samples/s, %.1f GEMM GFLOP/s\n",
+              static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size,
+              s.world_size == 1 ? "" : "s", s.train_seconds, s.samples_per_s, s.gemm_gflops_per_s);
+  if (s.world_size > 1)
+    std::printf("waiting for gradients: %.1f%% of step time (after overlap with backward)\n",
+                s.exposed_comm_share * 100);
   if (s.evaluated) std::printf("test loss %.4f, test accuracy %.4f\n", s.test_loss, s.test_accuracy);
   if (!s.weights_path.empty()) std::printf("weights: %s\n", s.weights_path.c_str());
   std::printf("metrics: %s/metrics.jsonl\n", s.run_dir.c_str());
+  if (config.output.report) std::printf("report: %s/report.html\n", s.run_dir.c_str());
   return 0;
 }
 

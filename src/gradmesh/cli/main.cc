@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   std::string init_from;
   train->add_option("--init-from", init_from, "Start from these weights (safetensors; same as --set train.init_from=FILE)")
       ->type_name("FILE");
+  std::string nproc_per_node;
+  train->add_option("--nproc-per-node,--nproc_per_node", nproc_per_node,
+                    "Train data-parallel with this many local workers (a number, or auto for one per CPU)")
+      ->type_name("K");
 
   CLI::App* eval = app.add_subcommand("eval", "Evaluate weights on the config's test set");
   eval->add_option("config", config_path, "Config file (model and data sections are used)")->required();
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
   try {
     if (*train) {
       if (!init_from.empty()) overrides.push_back("train.init_from=" + init_from);
-      return gradmesh::cli::run_train(config_path, overrides);
+      return gradmesh::cli::run_train(config_path, overrides, nproc_per_node);
     }
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);

@@ -27,6 +27,11 @@ const char* reduce_op_name(ReduceOp op);
 
 struct CollectiveOptions {
   Millis timeout = kDefaultTimeout;
+  // Run on the group's communication thread even when small, so the caller
+  // can compute while it runs (the data-parallel reducer sets it). By
+  // default, a small operation issued while nothing is queued runs on the
+  // caller's thread, which is faster when the caller waits at once.
+  bool background = false;
 };
 struct AllreduceOptions : CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;

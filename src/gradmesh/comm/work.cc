@@ -24,6 +24,23 @@ double Work::duration_s() const {
   return done_ ? std::chrono::duration<double>(finished_ - started_).count() : 0.0;
 }
 
+namespace {
+double seconds_of(std::chrono::steady_clock::time_point t) {
+  return t == std::chrono::steady_clock::time_point{} ? 0.0
+                                                       : std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+double Work::start_time_s() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seconds_of(started_);
+}
+
+double Work::finish_time_s() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ ? seconds_of(finished_) : 0.0;
+}
+
 void Work::start() {
   std::lock_guard<std::mutex> lock(mutex_);
   started_ = std::chrono::steady_clock::now();

@@ -27,6 +27,9 @@ class Work {
   std::exception_ptr error() const;
   // Seconds between start() and finish() (0 until finished).
   double duration_s() const;
+  // When it started and finished, on now_seconds()'s clock (0 until then), for traces.
+  double start_time_s() const;
+  double finish_time_s() const;
   // "allreduce #12 (f32 x 1048576, sum)", for messages.
   const std::string& description() const { return description_; }
 

@@ -138,6 +138,7 @@ Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, in
   batch.epoch = epoch;
   batch.step_in_epoch = step;
   batch.global_batch_len = global_end - global_begin;
+  batch.offset_in_batch = slice_begin;
   batch.images = Tensor::empty({n, data_.channels, data_.height, data_.width});
   batch.labels.resize(static_cast<size_t>(n));
   batch.sample_indices.resize(static_cast<size_t>(n));

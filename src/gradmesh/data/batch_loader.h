@@ -31,6 +31,10 @@ struct Batch {
   // Samples in the whole global batch (all ranks): divide summed losses and
   // gradients by this, not by b, so averaging is exact when slices are uneven.
   int64_t global_batch_len = 0;
+  // Where this rank's slice starts inside the global batch: sample k of the
+  // slice is sample offset_in_batch + k of the batch (dropout masks are keyed
+  // by it, so they do not depend on the world size).
+  int64_t offset_in_batch = 0;
 };
 
 struct BatchLoaderOptions {

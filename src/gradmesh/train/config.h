@@ -90,12 +90,27 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// How the ranks of a data-parallel job cooperate (ignored by a single process).
+struct ParallelConfig {
+  ParallelConfig();
+  std::string backend;       // "auto" | "shm" | "gloo" | "hier" | "mpi"
+  double bucket_mb;          // gradient bucket size (MiB)
+  double first_bucket_mb;    // the first bucket (the last layers), smaller so communication starts early
+  std::string comm_dtype;    // "f32" | "bf16": the element type gradients travel in
+  bool overlap;              // start each bucket's all-reduce during backward (false: all after backward)
+  double timeout_s;          // every collective's timeout
+  double slow_rank_factor;   // flag a rank whose step time exceeds the median by this factor
+  bool operator==(const ParallelConfig&) const = default;
+};
+
 struct OutputConfig {
   OutputConfig();
   std::string dir;     // run directories are created under here
   std::string run_id;  // "" = a fresh id chosen when the run starts
   bool save_weights;
   std::string weights_dtype;  // "F32" | "BF16"
+  int64_t trace_steps;        // steps recorded in trace.rank<R>.json (0 = no trace)
+  bool report;                // write report.html
   bool operator==(const OutputConfig&) const = default;
 };
 
@@ -105,6 +120,7 @@ struct Config {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainConfig train;
+  ParallelConfig parallel;
   OutputConfig output;
   bool operator==(const Config&) const = default;
 };

@@ -27,6 +27,7 @@ GRADMESH_CONFIG_SECTION(DataConfig, data)
 GRADMESH_CONFIG_SECTION(OptimConfig, optim)
 GRADMESH_CONFIG_SECTION(ScheduleConfig, schedule)
 GRADMESH_CONFIG_SECTION(TrainConfig, train)
+GRADMESH_CONFIG_SECTION(ParallelConfig, parallel)
 GRADMESH_CONFIG_SECTION(OutputConfig, output)
 #undef GRADMESH_CONFIG_SECTION
 
@@ -152,10 +153,20 @@ std::vector<KeySpec> build_schema() {
     key<&TrainConfig::eval_every_epoch>("eval_every_epoch", true, any(), "Evaluate on the test set after every epoch."),
     key<&TrainConfig::init_from>("init_from", "", any(), "Safetensors file with initial weights (empty = random init from train.seed)."),
 
+    key<&ParallelConfig::backend>("backend", "auto", one_of({"auto", "shm", "gloo", "hier", "mpi"}), "Collective backend; auto picks mpi under mpirun, shm on one host, hier across hosts with several ranks each, else gloo."),
+    key<&ParallelConfig::bucket_mb>("bucket_mb", 4.0, above(0), "Gradient bucket size in MiB: gradients are all-reduced in buckets of about this size while backward goes on."),
+    key<&ParallelConfig::first_bucket_mb>("first_bucket_mb", 1.0, above(0), "Size of the first bucket (the last layers' gradients, ready first), so communication starts early."),
+    key<&ParallelConfig::comm_dtype>("comm_dtype", "f32", one_of({"f32", "bf16"}), "Element type gradients travel in; bf16 halves the traffic and is summed in float32."),
+    key<&ParallelConfig::overlap>("overlap", true, any(), "Start each bucket's all-reduce as soon as its gradients are final (false: after the whole backward, for comparison)."),
+    key<&ParallelConfig::timeout_s>("timeout_s", 300.0, above(0), "Timeout of every collective; a rank that does not arrive in time fails the job with its name."),
+    key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, above(1), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
+
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
     key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),
     key<&OutputConfig::weights_dtype>("weights_dtype", "F32", one_of({"F32", "BF16"}), "Element type of the saved weights."),
+    key<&OutputConfig::trace_steps>("trace_steps", 20, at_least(0), "Optimizer steps recorded in trace.rank<R>.json (Chrome trace format; 0 = no trace)."),
+    key<&OutputConfig::report>("report", true, any(), "Write report.html: loss, accuracy, throughput and per-rank phase times as inline SVG charts."),
   };
   // clang-format on
 }
@@ -250,6 +261,7 @@ DataConfig::DataConfig() { fill_section_defaults("data", this); }
 OptimConfig::OptimConfig() { fill_section_defaults("optim", this); }
 ScheduleConfig::ScheduleConfig() { fill_section_defaults("schedule", this); }
 TrainConfig::TrainConfig() { fill_section_defaults("train", this); }
+ParallelConfig::ParallelConfig() { fill_section_defaults("parallel", this); }
 OutputConfig::OutputConfig() { fill_section_defaults("output", this); }
 
 const std::vector<SectionSpec>& config_sections() {
@@ -259,6 +271,7 @@ const std::vector<SectionSpec>& config_sections() {
       {"optim", "The optimizer; SGD keys are ignored by AdamW and the other way round."},
       {"schedule", "How the learning rate changes with the optimizer step: an optional linear warmup, then `constant`, `step` (optim.lr * gamma^floor(s / step_size)) or `cosine` (from optim.lr down to min_lr over the rest of the run)."},
       {"train", "The training loop."},
+      {"parallel", "Data-parallel training: how ranks exchange gradients. A single process ignores this section."},
       {"output", "What a run writes and where."},
   };
   return sections;

@@ -10,6 +10,11 @@
 namespace gradmesh::train {
 
 EvalResult evaluate(nn::Model& model, const data::ImageDataset& dataset, int64_t batch) {
+  return evaluate_rows(model, dataset, 0, dataset.count, batch);
+}
+
+EvalResult evaluate_rows(nn::Model& model, const data::ImageDataset& dataset, int64_t begin, int64_t end,
+                         int64_t batch) {
   autograd::NoGradGuard no_grad;
   model.set_training(false);
   EvalResult result;
@@ -17,8 +22,8 @@ EvalResult evaluate(nn::Model& model, const data::ImageDataset& dataset, int64_t
   int64_t correct = 0;
   const int64_t sample = dataset.sample_numel();
   std::vector<int32_t> predicted;
-  for (int64_t lo = 0; lo < dataset.count; lo += batch) {
-    const int64_t n = std::min(batch, dataset.count - lo);
+  for (int64_t lo = begin; lo < end; lo += batch) {
+    const int64_t n = std::min(batch, end - lo);
     Tensor x = Tensor::empty({n, dataset.channels, dataset.height, dataset.width});
     std::memcpy(x.data(), dataset.pixels.data() + lo * sample, static_cast<size_t>(n * sample) * sizeof(float));
     const std::vector<int32_t> labels(dataset.labels.begin() + lo, dataset.labels.begin() + lo + n);
@@ -29,9 +34,11 @@ EvalResult evaluate(nn::Model& model, const data::ImageDataset& dataset, int64_t
     for (int64_t i = 0; i < n; ++i) correct += predicted[i] == labels[i];
   }
   model.set_training(true);
-  result.samples = dataset.count;
-  result.loss = dataset.count ? loss_sum / dataset.count : 0;
-  result.accuracy = dataset.count ? static_cast<double>(correct) / dataset.count : 0;
+  result.samples = end - begin;
+  result.loss_sum = loss_sum;
+  result.correct = correct;
+  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0;
+  result.accuracy = result.samples ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0;
   return result;
 }
 

@@ -2,41 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 
-#include "gradmesh/autograd/ops.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/clock.h"
-#include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
-#include "gradmesh/core/log.h"
 #include "gradmesh/data/batch_loader.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/obs/chrome_trace.h"
 #include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
-#include "gradmesh/optim/clip.h"
-#include "gradmesh/optim/optimizer.h"
 #include "gradmesh/optim/schedule.h"
-#include "gradmesh/train/evaluate.h"
-#include "gradmesh/train/model_factory.h"
-#include "gradmesh/train/run_dir.h"
+#include "gradmesh/train/run_report.h"
+#include "gradmesh/train/train_step.h"
 
 namespace gradmesh::train {
 namespace {
 
-data::ImageDataset load_set(const DataConfig& c, const std::string& images, const std::string& labels, int64_t limit) {
-  const std::filesystem::path dir = resolved_data_dir(c);
-  data::Normalization norm{static_cast<float>(c.scale), static_cast<float>(c.mean), static_cast<float>(c.std)};
-  data::ImageDataset set = data::load_image_dataset((dir / images).string(), (dir / labels).string(), norm);
-  if (limit > 0 && limit < set.count) {
-    set.count = limit;
-    set.pixels.resize(static_cast<size_t>(limit * set.sample_numel()));
-    set.labels.resize(static_cast<size_t>(limit));
-  }
-  return set;
-}
+using parallel::Phase;
+using parallel::PhaseTimes;
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& c, int64_t num_params) {
   std::vector<optim::ParamGroup> groups{{0, num_params, static_cast<float>(c.weight_decay)}};
@@ -55,60 +40,93 @@ void save_weights(nn::Model& model, const std::string& path, const Config& confi
                                 config.output.weights_dtype == "BF16" ? DType::kBF16 : DType::kF32);
 }
 
-// One optimizer step over a global batch: accum micro-batches, clip, update. Returns the batch loss.
-double train_step(nn::Model& model, optim::Optimizer& optimizer, const data::Batch& batch, const Config& config,
-                  float lr) {
-  const int64_t rows = batch.images.dim(0), sample = batch.images.numel() / std::max<int64_t>(rows, 1);
-  const int64_t micro = config.train.accum_steps;
-  const auto denominator = static_cast<float>(batch.global_batch_len);
-  Shape shape = batch.images.shape();
-  double loss = 0;
-  model.zero_grad();
-  for (int64_t m = 0; m < micro; ++m) {
-    const int64_t lo = rows * m / micro, hi = rows * (m + 1) / micro;
-    if (hi == lo) continue;
-    shape[0] = hi - lo;
-    nn::forward_context().first_sample = lo;
-    autograd::Variable x(batch.images.slice_flat(lo * sample, shape));
-    const std::vector<int32_t> labels(batch.labels.begin() + lo, batch.labels.begin() + hi);
-    autograd::Variable out = autograd::cross_entropy(model.forward(x), labels, denominator);
-    loss += out.value().item();
-    model.backward(out);
+parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
+  parallel::ReducerOptions o;
+  o.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.bucket_mb * 1024 * 1024));
+  o.first_bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.first_bucket_mb * 1024 * 1024));
+  o.bf16 = c.comm_dtype == "bf16";
+  o.overlap = c.overlap;
+  o.timeout = comm::Millis(static_cast<int64_t>(c.timeout_s * 1000));
+  return o;
+}
+
+// Mean over ranks of one phase's time per step, in milliseconds.
+double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
+  double sum = 0;
+  for (const PhaseTimes& t : ranks) sum += t.steps ? t[phase] / static_cast<double>(t.steps) : 0.0;
+  return sum / static_cast<double>(ranks.size()) * 1e3;
+}
+
+std::string rank_label(const comm::ProcessGroup* group) {
+  return multi_rank(group) ? "rank " + std::to_string(group->rank()) + ": " : "";
+}
+
+// What a rank knows about the step loop so far; rank 0 turns it into metrics,
+// progress and the report.
+struct LoopState {
+  int64_t step = 0, samples = 0;
+  double start = 0, excluded = 0;  // evaluation time is kept out of the throughput
+  PhaseTimes window;               // this rank's times since the last log line
+  int64_t window_samples = 0;
+  double window_start = 0;
+  double last_loss = 0;            // global mean loss of the last log interval
+  std::vector<PhaseTimes> run_totals;  // every rank's times over the whole run (rank 0)
+};
+
+// Summary lines of a log interval: global loss, per-phase means, spread, straggler.
+void log_interval(LoopState& s, const Config& config, comm::ProcessGroup* group, float lr, int64_t epoch,
+                  obs::JsonlWriter* metrics, RunReport* report, parallel::SlowRankDetector& detector,
+                  obs::Progress& progress) {
+  const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(group, s.window);
+  double loss_sum = 0;
+  for (const PhaseTimes& t : ranks) loss_sum += t.loss_sum;
+  s.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s.window.steps, 1));
+  const double now = now_seconds();
+  const double rate = static_cast<double>(s.window_samples) / std::max(now - s.window_start, 1e-9);
+  if (metrics) {
+    double slowest = 0, fastest = 1e300;
+    int slowest_rank = 0;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const double ms = ranks[r].total() / static_cast<double>(std::max<int64_t>(ranks[r].steps, 1)) * 1e3;
+      if (ms > slowest) slowest = ms, slowest_rank = static_cast<int>(r);
+      fastest = std::min(fastest, ms);
+    }
+    obs::JsonObject line;
+    line.add("type", "step").add("step", s.step).add("epoch", epoch).add("loss", s.last_loss)
+        .add("lr", static_cast<double>(lr)).add("samples_per_s", rate).add("wall_time", now - s.start);
+    for (int p = 0; p < parallel::kPhaseCount; ++p)
+      line.add(std::string(parallel::phase_name(static_cast<Phase>(p))) + "_ms", mean_ms(ranks, static_cast<Phase>(p)));
+    line.add("world_size", static_cast<int64_t>(ranks.size())).add("step_ms_min", fastest)
+        .add("step_ms_max", slowest).add("slowest_rank", slowest_rank);
+    metrics->write(line);
+    report->add_step(s.step, s.last_loss, rate);
+    report->add_phase_window(ranks);
+    if (const std::optional<int> slow = detector.observe(ranks)) {
+      const std::string note = "step " + std::to_string(s.step) + ": " + detector.describe(ranks, *slow);
+      progress.message("warning: " + note);
+      report->add_note(note);
+      metrics->write(obs::JsonObject().add("type", "slow_rank").add("step", s.step).add("rank", *slow).add("message", note));
+    }
   }
-  float* grads = model.flat_grads().data();
-  if (config.optim.clip_grad_norm > 0)
-    optim::clip_grad_norm(grads, model.num_parameters(), static_cast<float>(config.optim.clip_grad_norm));
-  optimizer.step(model.flat_params().data(), grads, lr);
-  return loss;
+  (void)config;
+  s.window = PhaseTimes{};
+  s.window_samples = 0;
+  s.window_start = now;
 }
 
 }  // namespace
 
-data::ImageDataset load_train_set(const DataConfig& c) {
-  return load_set(c, c.train_images, c.train_labels, c.limit_train);
-}
-
-data::ImageDataset load_test_set(const DataConfig& c) { return load_set(c, c.test_images, c.test_labels, c.limit_test); }
-
-TrainSummary run_training(const Config& config, std::FILE* progress_stream) {
+TrainSummary run_training(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group) {
   const TrainConfig& tc = config.train;
+  comm::ProcessGroup* world = group.get();
+  const int rank = world ? world->rank() : 0, world_size = world ? world->size() : 1;
+  const bool leader = rank == 0;
   kernels::set_num_threads(static_cast<int>(tc.threads));
-  const data::ImageDataset train_set = load_train_set(config.data);
-  const data::ImageDataset test_set = tc.eval_every_epoch ? load_test_set(config.data) : data::ImageDataset{};
-  if (tc.batch_size < tc.accum_steps)
-    throw_error(ErrorKind::kConfig, "train.batch_size",
-                std::to_string(tc.batch_size) + " is smaller than train.accum_steps = " + std::to_string(tc.accum_steps));
-
-  const InputGeometry geometry{train_set.channels, train_set.height, train_set.width,
-                               std::max(train_set.num_classes, test_set.num_classes)};
-  std::unique_ptr<nn::Model> model = build_model(config.model, geometry, tc.seed);
-  if (!tc.init_from.empty()) {
-    checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
-    model->load_parameters(tensors, tc.init_from);
-  }
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(config.optim, model->num_parameters());
+  PreparedRank prepared = prepare_rank(config, world);
+  nn::Model& model = *prepared.model;
+  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(config.optim, model.num_parameters());
+  std::unique_ptr<parallel::GradientReducer> reducer;
+  if (multi_rank(world)) reducer = std::make_unique<parallel::GradientReducer>(model, group, reducer_options(config.parallel));
 
   data::BatchLoaderOptions loader_options;
   loader_options.global_batch = tc.batch_size;
@@ -116,7 +134,9 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream) {
   loader_options.shuffle = config.data.shuffle;
   loader_options.drop_last = config.data.drop_last;
   loader_options.prefetch = static_cast<int>(config.data.prefetch);
-  data::BatchLoader loader(train_set, loader_options);
+  loader_options.rank = rank;
+  loader_options.world = world_size;
+  data::BatchLoader loader(prepared.train_set, loader_options);
   const int64_t steps_per_epoch = loader.steps_per_epoch();
   int64_t total_steps = steps_per_epoch * tc.epochs;
   if (tc.max_steps > 0) total_steps = std::min(total_steps, tc.max_steps);
@@ -128,96 +148,127 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream) {
   optim::validate_schedule(schedule, base_lr);
 
   TrainSummary summary;
-  summary.run_dir = create_run_dir(config.output.dir, config.output.run_id.empty() ? new_run_id() : config.output.run_id);
-  std::ofstream(summary.run_dir + "/config.toml") << config_to_toml(config);
-  obs::JsonlWriter metrics(summary.run_dir + "/metrics.jsonl");
-  obs::Progress progress(obs::progress_mode_from_env(progress_stream), progress_stream, tc.log_every);
+  summary.world_size = world_size;
+  summary.run_dir = open_run_dir(config.output, world);
+  std::unique_ptr<obs::JsonlWriter> metrics;
+  RunReport report;
+  if (leader) {
+    std::ofstream(summary.run_dir + "/config.toml") << config_to_toml(config);
+    metrics = std::make_unique<obs::JsonlWriter>(summary.run_dir + "/metrics.jsonl");
+  }
+  obs::Progress progress(leader ? obs::progress_mode_from_env(progress_stream) : obs::ProgressMode::kOff,
+                         progress_stream, tc.log_every);
+  std::string backend = world ? world->backend() : "none";
   progress.message("run " + summary.run_dir + ": " + config.model.kind + " with " +
-                   std::to_string(model->num_parameters()) + " parameters, " + std::to_string(train_set.count) +
-                   " training samples, " + std::to_string(total_steps) + " steps");
+                   std::to_string(model.num_parameters()) + " parameters, " +
+                   std::to_string(prepared.train_set.count) + " training samples, " + std::to_string(total_steps) +
+                   " steps" + (multi_rank(world) ? ", " + std::to_string(world_size) + " ranks over " + backend : ""));
+  parallel::SlowRankDetector detector(config.parallel.slow_rank_factor, 3);
 
-  const double start = now_seconds();
-  double excluded = 0;  // evaluation time, kept out of the throughput figures
+  LoopState s;
+  s.start = s.window_start = now_seconds();
+  obs::ChromeTrace trace(rank, s.start);
   const uint64_t flops_start = kernels::gemm_flops();
   uint64_t flops_excluded = 0;
-  int64_t step = 0, window_samples = 0;
-  double window_loss = 0, window_start = start;
-  int64_t window_steps = 0;
+  StepRunner runner(model, *optimizer, config, reducer.get());
   nn::forward_context().seed = tc.seed;
-  for (int64_t epoch = 0; epoch < tc.epochs && step < total_steps; ++epoch) {
+  int64_t epochs_run = 0;
+  for (int64_t epoch = 0; epoch < tc.epochs && s.step < total_steps; ++epoch) {
     loader.start_epoch(epoch);
     data::Batch batch;
     int64_t step_in_epoch = 0;
-    while (step < total_steps && loader.next(batch)) {
-      const float lr = optim::lr_at(schedule, base_lr, step);
-      nn::forward_context().step = static_cast<uint64_t>(step);
-      const double loss = train_step(*model, *optimizer, batch, config, lr);
+    while (s.step < total_steps) {
+      const double t0 = now_seconds();
+      if (!loader.next(batch)) break;
+      const double t1 = now_seconds();
+      s.window[Phase::kData] += t1 - t0;
+      const bool traced = s.step < config.output.trace_steps;
+      if (traced) trace.span("compute", "data", t0, t1);
+      const float lr = optim::lr_at(schedule, base_lr, s.step);
+      nn::forward_context().step = static_cast<uint64_t>(s.step);
+      const double loss = runner.run(batch, lr, s.window, traced ? &trace : nullptr);
+      if (traced) trace.span("compute", "step " + std::to_string(s.step), t0, now_seconds());
       if (!std::isfinite(loss))
-        throw_error(ErrorKind::kInternal, "step " + std::to_string(step),
+        throw_error(ErrorKind::kInternal, rank_label(world) + "step " + std::to_string(s.step),
                     "the loss is not finite; lower optim.lr or enable optim.clip_grad_norm");
-      ++step;
+      ++s.step;
       ++step_in_epoch;
-      summary.samples += batch.global_batch_len;
-      window_samples += batch.global_batch_len;
-      window_loss += loss;
-      ++window_steps;
-      summary.final_train_loss = loss;
-      const double now = now_seconds();
-      const double elapsed = now - start - excluded;
-      obs::ProgressState state{epoch, tc.epochs, step_in_epoch, std::min(steps_per_epoch, total_steps), loss,
-                               summary.samples / std::max(elapsed, 1e-9),
-                               elapsed / step * static_cast<double>(total_steps - step)};
-      progress.update(state);
-      if (step % tc.log_every == 0 || step == total_steps) {
-        metrics.write(obs::JsonObject()
-                          .add("type", "step").add("step", step).add("epoch", epoch)
-                          .add("loss", window_loss / window_steps).add("lr", static_cast<double>(lr))
-                          .add("samples_per_s", window_samples / std::max(now - window_start, 1e-9))
-                          .add("wall_time", now - start));
-        window_samples = 0;
-        window_loss = 0;
-        window_steps = 0;
-        window_start = now;
-      }
+      s.samples += batch.global_batch_len;
+      s.window_samples += batch.global_batch_len;
+      if (!multi_rank(world)) s.last_loss = loss;
+      if (s.step % tc.log_every == 0 || s.step == total_steps)
+        log_interval(s, config, world, lr, epoch, metrics.get(), &report, detector, progress);
+      const double elapsed = now_seconds() - s.start - s.excluded;
+      progress.update({epoch, tc.epochs, step_in_epoch, std::min(steps_per_epoch, total_steps), s.last_loss,
+                       static_cast<double>(s.samples) / std::max(elapsed, 1e-9),
+                       elapsed / static_cast<double>(s.step) * static_cast<double>(total_steps - s.step)});
     }
+    epochs_run = epoch + 1;
     if (tc.eval_every_epoch) {
       const double eval_start = now_seconds();
       const uint64_t eval_flops = kernels::gemm_flops();
-      const EvalResult r = evaluate(*model, test_set);
+      const EvalResult r = evaluate_world(model, prepared.test_set, world);
       flops_excluded += kernels::gemm_flops() - eval_flops;
       summary.test_loss = r.loss;
       summary.test_accuracy = r.accuracy;
       summary.evaluated = true;
-      metrics.write(obs::JsonObject()
-                        .add("type", "epoch").add("epoch", epoch).add("step", step)
-                        .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
-                        .add("wall_time", now_seconds() - start));
+      if (metrics)
+        metrics->write(obs::JsonObject()
+                           .add("type", "epoch").add("epoch", epoch).add("step", s.step)
+                           .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
+                           .add("wall_time", now_seconds() - s.start));
+      report.add_epoch(epoch, r.loss, r.accuracy);
       progress.finish();
       char line[160];
-      std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f", static_cast<long long>(epoch + 1),
-                    r.loss, r.accuracy);
+      std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f",
+                    static_cast<long long>(epoch + 1), r.loss, r.accuracy);
       progress.message(line);
       const double eval_end = now_seconds();
-      excluded += eval_end - eval_start;
-      window_start += eval_end - eval_start;
+      if (s.step <= config.output.trace_steps) trace.span("compute", "evaluate", eval_start, eval_end);
+      s.excluded += eval_end - eval_start;
+      s.window_start += eval_end - eval_start;
     }
   }
   progress.finish();
-  summary.steps = step;
-  summary.train_seconds = now_seconds() - start - excluded;
-  summary.samples_per_s = summary.samples / std::max(summary.train_seconds, 1e-9);
-  summary.gemm_gflops_per_s =
-      static_cast<double>(kernels::gemm_flops() - flops_start - flops_excluded) / 1e9 / std::max(summary.train_seconds, 1e-9);
+  summary.steps = s.step;
+  summary.samples = s.samples;
+  summary.final_train_loss = s.last_loss;
+  summary.train_seconds = now_seconds() - s.start - s.excluded;
+  summary.samples_per_s = static_cast<double>(s.samples) / std::max(summary.train_seconds, 1e-9);
+  summary.gemm_gflops_per_s = static_cast<double>(kernels::gemm_flops() - flops_start - flops_excluded) / 1e9 /
+                              std::max(summary.train_seconds, 1e-9);
+  const obs::PhaseBreakdown phases = report.phase_breakdown();
+  double comm_share = 0;
+  for (const std::vector<double>& row : phases.ms_per_step) {
+    double total = 0;
+    for (double ms : row) total += ms;
+    comm_share += total > 0 ? row[static_cast<size_t>(Phase::kComm)] / total : 0.0;
+  }
+  summary.exposed_comm_share = phases.ms_per_step.empty() ? 0 : comm_share / static_cast<double>(phases.ms_per_step.size());
+  if (config.output.trace_steps > 0) trace.write(summary.run_dir + "/trace.rank" + std::to_string(rank) + ".json");
+  if (!leader) return summary;
   if (config.output.save_weights) {
     summary.weights_path = summary.run_dir + "/model.safetensors";
-    save_weights(*model, summary.weights_path, config, step, tc.epochs);
+    save_weights(model, summary.weights_path, config, s.step, epochs_run);
   }
   obs::JsonObject final_line;
-  final_line.add("type", "summary").add("steps", step).add("samples", summary.samples)
+  final_line.add("type", "summary").add("steps", s.step).add("samples", s.samples).add("world_size", world_size)
       .add("train_seconds", summary.train_seconds).add("samples_per_s", summary.samples_per_s)
-      .add("gemm_gflops_per_s", summary.gemm_gflops_per_s).add("final_train_loss", summary.final_train_loss);
+      .add("gemm_gflops_per_s", summary.gemm_gflops_per_s).add("final_train_loss", summary.final_train_loss)
+      .add("exposed_comm_share", summary.exposed_comm_share);
   if (summary.evaluated) final_line.add("test_loss", summary.test_loss).add("test_accuracy", summary.test_accuracy);
-  metrics.write(final_line);
+  metrics->write(final_line);
+  if (config.output.report) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.0f samples/s", summary.samples_per_s);
+    report.add_fact("model", config.model.kind + ", " + std::to_string(model.num_parameters()) + " parameters");
+    report.add_fact("ranks", std::to_string(world_size) + (multi_rank(world) ? " (" + backend + ")" : ""));
+    report.add_fact("steps", std::to_string(s.step) + " of global batch " + std::to_string(tc.batch_size));
+    report.add_fact("throughput", rate);
+    if (summary.evaluated) report.add_fact("final test accuracy", std::to_string(summary.test_accuracy));
+    report.add_fact("exposed communication", std::to_string(summary.exposed_comm_share * 100).substr(0, 5) + "% of step time");
+    report.write(summary.run_dir + "/report.html", "gradmesh run " + summary.run_dir);
+  }
   return summary;
 }
 

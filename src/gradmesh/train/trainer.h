@@ -1,40 +1,47 @@
-// The training loop a config describes, on one process.
+// The training loop a config describes, on one process or as one rank of a
+// data-parallel job.
 //
-// One optimizer step = one global batch (train.batch_size samples), split into
-// train.accum_steps micro-batches whose gradients add up before the step.
-// Every loss is divided by the global batch length, so the summed gradient is
-// the exact batch mean however the batch is split (and, later, however many
-// ranks share it).
+// One optimizer step = one global batch (train.batch_size samples over all
+// ranks), of which each rank takes a fixed slice (data/sample_order.h) and
+// splits it into train.accum_steps micro-batches. Every loss is divided by
+// the global batch length, so the gradients summed over micro-batches and
+// ranks are the exact batch mean however the batch is split. With several
+// ranks, gradients are summed bucket by bucket while backward runs
+// (parallel/gradient_reducer.h); rank 0 writes the run's outputs.
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "gradmesh/comm/process_group.h"
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/train/config.h"
+#include "gradmesh/train/rank_setup.h"
 
 namespace gradmesh::train {
 
 struct TrainSummary {
   std::string run_dir;
-  std::string weights_path;    // empty when output.save_weights is false
+  std::string weights_path;    // empty when output.save_weights is false or on ranks other than 0
   int64_t steps = 0;
-  int64_t samples = 0;
+  int64_t samples = 0;         // global samples trained on
+  int world_size = 1;
   double train_seconds = 0;    // the step loop only: no data loading, no evaluation
-  double samples_per_s = 0;
-  double gemm_gflops_per_s = 0;  // GEMM work in the step loop / train_seconds
+  double samples_per_s = 0;    // global
+  double gemm_gflops_per_s = 0;  // this rank's GEMM work in the step loop / train_seconds
+  double exposed_comm_share = 0;  // mean over ranks of time waiting for gradients / step time
   double final_train_loss = 0;
   double test_loss = 0;
   double test_accuracy = 0;
   bool evaluated = false;
 };
 
-// Loads the train and test sets a data config names (honouring limit_train/limit_test).
-data::ImageDataset load_train_set(const DataConfig& config);
-data::ImageDataset load_test_set(const DataConfig& config);
-
-// Runs the whole training: run directory, metrics.jsonl, progress on `progress`,
-// evaluation after each epoch, final weights. Throws gradmesh::Error.
-TrainSummary run_training(const Config& config, std::FILE* progress = stderr);
+// Runs the whole training: run directory, metrics.jsonl, trace, report.html,
+// progress on `progress` (rank 0), evaluation after each epoch, final
+// weights. `group` (null = one process) is the job's world; every rank calls
+// this with the same config. Throws gradmesh::Error.
+TrainSummary run_training(const Config& config, std::FILE* progress = stderr,
+                          std::shared_ptr<comm::ProcessGroup> group = nullptr);
 
 }  // namespace gradmesh::train

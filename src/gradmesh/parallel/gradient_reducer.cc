@@ -1,0 +1,114 @@
+#include "gradmesh/parallel/gradient_reducer.h"
+
+#include "gradmesh/core/bf16.h"
+#include "gradmesh/core/clock.h"
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::parallel {
+
+std::vector<Bucket> plan_buckets(const std::vector<nn::ParameterInfo>& params, int64_t first_bytes, int64_t bytes) {
+  if (first_bytes < 1 || bytes < 1)
+    throw_error(ErrorKind::kConfig, "parallel.bucket_mb",
+                "bucket sizes must be at least one byte, got first " + std::to_string(first_bytes) + " and " +
+                    std::to_string(bytes));
+  std::vector<Bucket> buckets;
+  int end = static_cast<int>(params.size());
+  while (end > 0) {
+    const int64_t budget = buckets.empty() ? first_bytes : bytes;
+    Bucket b;
+    b.end_param = end;
+    int first = end;
+    int64_t held = 0;
+    while (first > 0 && (first == end || held < budget)) {
+      --first;
+      held += params[static_cast<size_t>(first)].numel * static_cast<int64_t>(sizeof(float));
+    }
+    b.first_param = first;
+    b.offset = params[static_cast<size_t>(first)].offset;
+    const nn::ParameterInfo& last = params[static_cast<size_t>(end - 1)];
+    b.numel = last.offset + last.numel - b.offset;
+    buckets.push_back(b);
+    end = first;
+  }
+  return buckets;
+}
+
+GradientReducer::GradientReducer(nn::Model& model, std::shared_ptr<comm::ProcessGroup> group, ReducerOptions options)
+    : model_(model), group_(std::move(group)), options_(options) {
+  buckets_ = plan_buckets(model_.parameters(), options_.first_bucket_bytes, options_.bucket_bytes);
+  bucket_of_param_.assign(model_.parameters().size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int p = buckets_[b].first_param; p < buckets_[b].end_param; ++p)
+      bucket_of_param_[static_cast<size_t>(p)] = static_cast<int>(b);
+  missing_.assign(buckets_.size(), 0);
+  work_.resize(buckets_.size());
+  wire_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (options_.bf16) wire_[b] = Tensor::empty({buckets_[b].numel}, DType::kBF16);
+  next_launch_ = buckets_.size();  // nothing to launch until begin_step()
+}
+
+autograd::GradReadyHook GradientReducer::begin_step() {
+  if (next_launch_ < buckets_.size())
+    throw_error(ErrorKind::kInternal, "GradientReducer::begin_step", "the previous step was not finished");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    missing_[b] = buckets_[b].end_param - buckets_[b].first_param;
+    work_[b].reset();
+  }
+  spans_.assign(buckets_.size(), BucketSpan{});
+  next_launch_ = 0;
+  return [this](int param) { on_grad_ready(param); };
+}
+
+void GradientReducer::on_grad_ready(int param) {
+  const int b = bucket_of_param_.at(static_cast<size_t>(param));
+  if (--missing_[static_cast<size_t>(b)] == 0 && options_.overlap) launch_in_order();
+}
+
+void GradientReducer::launch_in_order() {
+  while (next_launch_ < buckets_.size() && missing_[next_launch_] == 0) launch(next_launch_++);
+}
+
+void GradientReducer::launch(size_t b) {
+  const Bucket& bucket = buckets_[b];
+  Tensor grads = model_.flat_grads().slice_flat(bucket.offset, {bucket.numel});
+  if (options_.bf16) {
+    uint16_t* out = static_cast<uint16_t*>(wire_[b].raw());
+    const float* in = grads.data();
+    for (int64_t i = 0; i < bucket.numel; ++i) out[i] = float_to_bf16(in[i]);
+  } else {
+    wire_[b] = grads;
+  }
+  comm::AllreduceOptions options;
+  options.op = comm::ReduceOp::kSum;
+  options.timeout = options_.timeout;
+  options.background = true;
+  spans_[b].bucket = static_cast<int>(b);
+  spans_[b].bytes = static_cast<int64_t>(wire_[b].nbytes());
+  spans_[b].launch_s = now_seconds();
+  work_[b] = group_->allreduce(wire_[b], options);
+}
+
+double GradientReducer::finish_step() {
+  const double start = now_seconds();
+  // Parameters that got no gradient event (a rank with an empty slice runs
+  // no backward at all) have zero gradients set by the caller; launch them.
+  for (int& m : missing_) m = 0;
+  launch_in_order();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    comm::Work& work = *work_[b];
+    if (!work.wait(options_.timeout))
+      throw_error(ErrorKind::kTimeout, work.description(),
+                  "gradient bucket " + std::to_string(b) + " was not reduced within the timeout");
+    spans_[b].start_s = work.start_time_s();
+    spans_[b].end_s = work.finish_time_s();
+    if (options_.bf16) {
+      float* out = model_.flat_grads().data() + buckets_[b].offset;
+      const uint16_t* in = static_cast<const uint16_t*>(wire_[b].raw());
+      for (int64_t i = 0; i < buckets_[b].numel; ++i) out[i] = bf16_to_float(in[i]);
+    }
+  }
+  return now_seconds() - start;
+}
+
+}  // namespace gradmesh::parallel

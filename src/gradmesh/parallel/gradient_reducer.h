@@ -1,0 +1,95 @@
+// GradientReducer: sums the gradients of every rank, bucket by bucket, while
+// backward is still running (the data-parallel core, as PyTorch DDP's Reducer).
+//
+// Parameters sit in one flat buffer in registration order (nn/model.h), so a
+// run of consecutive parameters is a contiguous slice of the gradient buffer:
+// a bucket is such a slice and is all-reduced in place, with no copies.
+// Buckets are cut in reverse registration order (bucket 0 holds the last
+// layers, whose gradients are final first), the first one smaller so the
+// network starts working as early as possible.
+//
+// During backward, Model fires "gradient i is final"; when a bucket's last
+// gradient arrives, its all-reduce is queued on the process group's
+// communication thread and backward goes on. Buckets are always launched in
+// bucket order — a bucket that is complete before its predecessor waits for
+// it — so every rank issues the same collectives in the same order.
+//
+// The trainer divides every loss by the global batch length, so the sum over
+// ranks is the exact mean gradient of the global batch however unevenly the
+// samples were split: the reducer sums and never rescales.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gradmesh/autograd/tape.h"
+#include "gradmesh/comm/process_group.h"
+#include "gradmesh/nn/model.h"
+
+namespace gradmesh::parallel {
+
+struct ReducerOptions {
+  int64_t bucket_bytes = int64_t{4} << 20;
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+  bool bf16 = false;    // send BF16 (summed in float32 by the backends), widen back after
+  bool overlap = true;  // false: launch every bucket only in finish(), after backward
+  comm::Millis timeout = comm::kDefaultTimeout;
+};
+
+// A run of parameters [first_param, end_param) = flat elements [offset, offset + numel).
+struct Bucket {
+  int first_param = 0, end_param = 0;
+  int64_t offset = 0, numel = 0;
+};
+
+// Buckets over `params` (in flat-buffer order), walking from the last
+// parameter backwards: a bucket closes once it holds at least its byte budget
+// (first_bytes for bucket 0, bytes after). A parameter is never split.
+// REQUIRES: first_bytes >= 1, bytes >= 1 (kConfig otherwise).
+std::vector<Bucket> plan_buckets(const std::vector<nn::ParameterInfo>& params, int64_t first_bytes, int64_t bytes);
+
+// One bucket's all-reduce in the last step, for traces.
+struct BucketSpan {
+  int bucket = 0;
+  int64_t bytes = 0;       // on the wire
+  double launch_s = 0;     // when backward handed it over (now_seconds clock)
+  double start_s = 0, end_s = 0;  // when the backend ran it
+};
+
+class GradientReducer {
+ public:
+  // REQUIRES: `model` and `group` outlive the reducer; the same model layout on every rank.
+  GradientReducer(nn::Model& model, std::shared_ptr<comm::ProcessGroup> group, ReducerOptions options);
+
+  // Starts a step's reduction: the returned hook goes to Model::backward on
+  // the step's last micro-batch (earlier micro-batches only accumulate).
+  autograd::GradReadyHook begin_step();
+  // Launches the buckets not launched yet (all of them without overlap, or
+  // when this rank ran no backward), waits for every one, and leaves the
+  // summed gradients in the model. Returns the seconds spent waiting here:
+  // the communication that backward did not hide. Throws the first failure
+  // (Error kComm/kTimeout naming the operation and the missing ranks).
+  double finish_step();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<BucketSpan>& last_spans() const { return spans_; }
+
+ private:
+  void on_grad_ready(int param);
+  void launch_in_order();
+  void launch(size_t bucket);
+
+  nn::Model& model_;
+  std::shared_ptr<comm::ProcessGroup> group_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_param_;
+  std::vector<int> missing_;          // per bucket: gradients not final yet this step
+  size_t next_launch_ = 0;            // buckets [0, next_launch_) are launched
+  std::vector<Tensor> wire_;          // per bucket: the tensor sent (a view, or a BF16 copy)
+  std::vector<std::shared_ptr<comm::Work>> work_;
+  std::vector<BucketSpan> spans_;
+};
+
+}  // namespace gradmesh::parallel

@@ -1,0 +1,88 @@
+#include "gradmesh/parallel/step_phases.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::parallel {
+namespace {
+
+double median_compute(const std::vector<PhaseTimes>& ranks) {
+  std::vector<double> per_step;
+  for (const PhaseTimes& t : ranks) per_step.push_back(t.compute() / static_cast<double>(std::max<int64_t>(t.steps, 1)));
+  std::sort(per_step.begin(), per_step.end());
+  const size_t n = per_step.size();
+  return n % 2 ? per_step[n / 2] : 0.5 * (per_step[n / 2 - 1] + per_step[n / 2]);
+}
+
+double compute_per_step(const PhaseTimes& t) { return t.compute() / static_cast<double>(std::max<int64_t>(t.steps, 1)); }
+
+}  // namespace
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kData: return "data";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kComm: return "comm";
+    case Phase::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+double PhaseTimes::total() const {
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  return sum;
+}
+
+std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const PhaseTimes& mine) {
+  if (!group || group->size() == 1) return {mine};
+  const int n = group->size();
+  constexpr int kFields = kPhaseCount + 2;
+  Tensor local = Tensor::empty({kFields});
+  for (int p = 0; p < kPhaseCount; ++p) local.data()[p] = static_cast<float>(mine.seconds[static_cast<size_t>(p)]);
+  local.data()[kPhaseCount] = static_cast<float>(mine.steps);
+  local.data()[kPhaseCount + 1] = static_cast<float>(mine.loss_sum);
+  Tensor all = Tensor::empty({n * kFields});
+  auto work = group->allgather(local, all);
+  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
+  std::vector<PhaseTimes> out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const float* src = all.data() + r * kFields;
+    for (int p = 0; p < kPhaseCount; ++p) out[static_cast<size_t>(r)].seconds[static_cast<size_t>(p)] = src[p];
+    out[static_cast<size_t>(r)].steps = static_cast<int64_t>(src[kPhaseCount]);
+    out[static_cast<size_t>(r)].loss_sum = src[kPhaseCount + 1];
+  }
+  return out;
+}
+
+std::optional<int> SlowRankDetector::observe(const std::vector<PhaseTimes>& ranks) {
+  if (ranks.size() < 2) return std::nullopt;
+  const double median = median_compute(ranks);
+  int slowest = 0;
+  for (size_t r = 1; r < ranks.size(); ++r)
+    if (compute_per_step(ranks[r]) > compute_per_step(ranks[static_cast<size_t>(slowest)])) slowest = static_cast<int>(r);
+  const bool slow = median > 0 && compute_per_step(ranks[static_cast<size_t>(slowest)]) > factor_ * median;
+  if (!slow) {
+    candidate_ = -1;
+    streak_ = 0;
+    return std::nullopt;
+  }
+  streak_ = slowest == candidate_ ? streak_ + 1 : 1;
+  candidate_ = slowest;
+  if (streak_ == intervals_) return slowest;
+  return std::nullopt;
+}
+
+std::string SlowRankDetector::describe(const std::vector<PhaseTimes>& ranks, int rank) const {
+  const double median = median_compute(ranks), mine = compute_per_step(ranks.at(static_cast<size_t>(rank)));
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "rank %d is %.2fx slower than the median rank (compute %.1f ms/step vs %.1f ms) for %d log intervals",
+                rank, median > 0 ? mine / median : 0.0, mine * 1e3, median * 1e3, intervals_);
+  return text;
+}
+
+}  // namespace gradmesh::parallel

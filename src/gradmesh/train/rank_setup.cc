@@ -1,0 +1,143 @@
+#include "gradmesh/train/rank_setup.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "gradmesh/checkpoint/safetensors.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/data/sample_order.h"
+#include "gradmesh/parallel/rank_agreement.h"
+#include "gradmesh/train/model_factory.h"
+#include "gradmesh/train/run_dir.h"
+
+namespace gradmesh::train {
+namespace {
+
+data::ImageDataset load_set(const DataConfig& c, const std::string& images, const std::string& labels, int64_t limit) {
+  const std::filesystem::path dir = resolved_data_dir(c);
+  data::Normalization norm{static_cast<float>(c.scale), static_cast<float>(c.mean), static_cast<float>(c.std)};
+  data::ImageDataset set = data::load_image_dataset((dir / images).string(), (dir / labels).string(), norm);
+  if (limit > 0 && limit < set.count) {
+    set.count = limit;
+    set.pixels.resize(static_cast<size_t>(limit * set.sample_numel()));
+    set.labels.resize(static_cast<size_t>(limit));
+  }
+  return set;
+}
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+PreparedRank prepare(const Config& config, int world) {
+  const TrainConfig& tc = config.train;
+  if (tc.batch_size < tc.accum_steps)
+    throw_error(ErrorKind::kConfig, "train.batch_size",
+                std::to_string(tc.batch_size) + " is smaller than train.accum_steps = " + std::to_string(tc.accum_steps));
+  if (tc.batch_size < world)
+    throw_error(ErrorKind::kConfig, "train.batch_size",
+                std::to_string(tc.batch_size) + " is smaller than the world size " + std::to_string(world) +
+                    ": every rank needs at least one sample of each global batch; raise train.batch_size or start "
+                    "fewer workers");
+  PreparedRank p;
+  p.train_set = load_train_set(config.data);
+  if (tc.eval_every_epoch) p.test_set = load_test_set(config.data);
+  const InputGeometry geometry{p.train_set.channels, p.train_set.height, p.train_set.width,
+                               std::max(p.train_set.num_classes, p.test_set.num_classes)};
+  p.model = build_model(config.model, geometry, tc.seed);
+  if (!tc.init_from.empty()) {
+    checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
+    p.model->load_parameters(tensors, tc.init_from);
+  }
+  return p;
+}
+
+// The config as the ranks must agree on it; directories may differ between machines.
+std::string agreement_text(Config c) {
+  c.data.dir.clear();
+  c.output.dir.clear();
+  return config_to_toml(c);
+}
+
+}  // namespace
+
+bool multi_rank(const comm::ProcessGroup* group) { return group && group->size() > 1; }
+
+data::ImageDataset load_train_set(const DataConfig& c) {
+  return load_set(c, c.train_images, c.train_labels, c.limit_train);
+}
+
+data::ImageDataset load_test_set(const DataConfig& c) { return load_set(c, c.test_images, c.test_labels, c.limit_test); }
+
+PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
+  if (!multi_rank(group)) return prepare(config, 1);
+  std::exception_ptr failure;
+  PreparedRank p;
+  try {
+    p = prepare(config, group->size());
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  parallel::StartState state;
+  if (failure) state.error = message_of(failure);
+  state.config_text = agreement_text(config);
+  if (p.model) state.layout = parallel::parameter_layout(*p.model);
+  try {
+    parallel::check_start_agreement(*group, state);
+  } catch (...) {
+    if (failure) std::rethrow_exception(failure);  // this rank's own error says more than "rank r failed"
+    throw;
+  }
+  parallel::broadcast_parameters(*group, *p.model);
+  return p;
+}
+
+std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group) {
+  const bool multi = multi_rank(group);
+  const bool leader = !group || group->rank() == 0;
+  std::string path;
+  std::exception_ptr failure;
+  if (leader) {
+    try {
+      path = create_run_dir(output.dir, output.run_id.empty() ? new_run_id() : output.run_id);
+    } catch (const std::exception&) {
+      if (!multi) throw;
+      failure = std::current_exception();
+    }
+  }
+  if (!multi) return path;
+  // A path never starts with a newline, so it marks a failure message.
+  const std::string shared = parallel::broadcast_string(*group, failure ? "\n" + message_of(failure) : path);
+  if (failure) std::rethrow_exception(failure);
+  if (!shared.empty() && shared[0] == '\n')
+    throw_error(ErrorKind::kIo, "run directory", "rank 0 could not create it: " + shared.substr(1));
+  if (!leader) std::filesystem::create_directories(shared);
+  return shared;
+}
+
+EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, comm::ProcessGroup* group) {
+  if (!multi_rank(group)) return evaluate(model, test_set);
+  const auto [begin, end] = data::rank_slice(test_set.count, group->rank(), group->size());
+  EvalResult r = evaluate_rows(model, test_set, begin, end);
+  Tensor sums = Tensor::from_vector({3}, {static_cast<float>(r.loss_sum), static_cast<float>(r.correct),
+                                          static_cast<float>(r.samples)});
+  auto work = group->allreduce(sums);
+  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
+  r.loss_sum = sums.data()[0];
+  r.correct = static_cast<int64_t>(std::lround(sums.data()[1]));
+  r.samples = static_cast<int64_t>(std::lround(sums.data()[2]));
+  r.loss = r.samples ? r.loss_sum / static_cast<double>(r.samples) : 0;
+  r.accuracy = r.samples ? static_cast<double>(r.correct) / static_cast<double>(r.samples) : 0;
+  return r;
+}
+
+}  // namespace gradmesh::train

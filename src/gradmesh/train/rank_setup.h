@@ -1,0 +1,43 @@
+// Setting up one rank of a training job: loading its data and model, meeting
+// the other ranks, the shared run directory, and evaluation over all ranks.
+// With one process (group null or of size 1) every step is local.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gradmesh/comm/process_group.h"
+#include "gradmesh/data/image_dataset.h"
+#include "gradmesh/nn/model.h"
+#include "gradmesh/train/config.h"
+#include "gradmesh/train/evaluate.h"
+
+namespace gradmesh::train {
+
+// Loads the train and test sets a data config names (honouring limit_train/limit_test).
+data::ImageDataset load_train_set(const DataConfig& config);
+data::ImageDataset load_test_set(const DataConfig& config);
+
+bool multi_rank(const comm::ProcessGroup* group);
+
+struct PreparedRank {
+  data::ImageDataset train_set, test_set;  // test_set empty unless train.eval_every_epoch
+  std::unique_ptr<nn::Model> model;
+};
+
+// Builds this rank's datasets and model. With several ranks it is collective:
+// a rank that failed makes every rank fail naming it (no rank waits for it
+// until a timeout), configs and parameter layouts must be equal on all ranks
+// (Error kConfig naming the ranks and the first difference), and every
+// replica gets rank 0's initial parameters.
+PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group);
+
+// Rank 0 creates <output.dir>/<run id>; the other ranks learn the path and
+// create it on their own machine. Collective with several ranks.
+std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group);
+
+// Each rank evaluates its share of the test set and the sums are all-reduced,
+// so every rank returns the whole test set's loss and accuracy.
+EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, comm::ProcessGroup* group);
+
+}  // namespace gradmesh::train

@@ -1,0 +1,36 @@
+// One optimizer step on this rank: micro-batches forward and backward, the
+// gradient reduction across ranks (when there are several), clipping and the
+// update, with the time of each phase accounted and optionally traced.
+#pragma once
+
+#include "gradmesh/data/batch_loader.h"
+#include "gradmesh/nn/model.h"
+#include "gradmesh/obs/chrome_trace.h"
+#include "gradmesh/optim/optimizer.h"
+#include "gradmesh/parallel/gradient_reducer.h"
+#include "gradmesh/parallel/step_phases.h"
+#include "gradmesh/train/config.h"
+
+namespace gradmesh::train {
+
+class StepRunner {
+ public:
+  // `reducer` is null on a single process. All references outlive the runner.
+  StepRunner(nn::Model& model, optim::Optimizer& optimizer, const Config& config, parallel::GradientReducer* reducer)
+      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer) {}
+
+  // Trains on this rank's slice of a global batch at learning rate `lr`.
+  // Every loss is divided by the global batch length, so summing gradients
+  // (and losses) over ranks and micro-batches gives exact batch means. Adds
+  // the phase times to `times` and spans to `trace` (may be null). Returns
+  // this rank's share of the batch loss (the sum over ranks is the batch loss).
+  double run(const data::Batch& batch, float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
+
+ private:
+  nn::Model& model_;
+  optim::Optimizer& optimizer_;
+  const Config& config_;
+  parallel::GradientReducer* reducer_;
+};
+
+}  // namespace gradmesh::train
