@@ -21,14 +21,19 @@ struct CommandResult {
 
 inline std::string read_text(const std::string& path) { return read_file(path); }
 
-// `args` is appended to the binary path as-is (the caller quotes).
-inline CommandResult run_gradmesh(const std::string& args, const std::string& workdir) {
+// Runs a shell command line in `workdir` with GRADMESH_PROGRESS=lines and captures its output.
+inline CommandResult run_shell(const std::string& command, const std::string& workdir) {
   const std::string out = workdir + "/stdout.txt", err = workdir + "/stderr.txt";
-  const std::string cmd = "cd '" + workdir + "' && GRADMESH_PROGRESS=lines '" GRADMESH_BINARY "' " + args + " > '" +
-                          out + "' 2> '" + err + "'";
+  const std::string cmd = "cd '" + workdir + "' && export GRADMESH_PROGRESS=lines && " + command + " > '" + out +
+                          "' 2> '" + err + "'";
   const int status = std::system(cmd.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return {code, read_text(out), read_text(err)};
+}
+
+// `args` is appended to the binary path as-is (the caller quotes).
+inline CommandResult run_gradmesh(const std::string& args, const std::string& workdir) {
+  return run_shell("'" GRADMESH_BINARY "' " + args, workdir);
 }
 
 inline const char* kDataDir = "/usr/share/datasets/fashion-mnist";

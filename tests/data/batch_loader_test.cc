@@ -66,20 +66,39 @@ TEST(BatchLoader, YieldsTheDirectlyComputedBatches) {
   }
 }
 
+// The loader-level data-parallel contract for N = 1..4 and uneven dataset
+// sizes: every sample exactly once per epoch, and each global batch (the rank
+// slices concatenated in rank order, each at its offset_in_batch) is the same
+// sequence whatever the world size.
 TEST(BatchLoader, RanksTogetherCoverEverySampleOnce) {
-  const ImageDataset ds = synthetic_image_dataset(50, 1, 2, 2, 3, 2);
-  for (bool drop_last : {false, true}) {
-    std::vector<int> uses(ds.count, 0);
-    for (int rank = 0; rank < 3; ++rank) {
-      BatchLoader loader(ds, make_options(8, rank, 3, 2, drop_last));
-      loader.start_epoch(5);
-      Batch b;
-      while (loader.next(b))
-        for (int64_t s : b.sample_indices) ++uses[s];
+  for (int64_t count : {50, 53, 7}) {
+    const ImageDataset ds = synthetic_image_dataset(count, 1, 2, 2, 3, 2);
+    for (bool drop_last : {false, true}) {
+      std::vector<std::vector<int64_t>> single_batches;
+      for (int world = 1; world <= 4; ++world) {
+        SCOPED_TRACE("count " + std::to_string(count) + " drop_last " + std::to_string(drop_last) + " world " +
+                     std::to_string(world));
+        std::vector<int> uses(static_cast<size_t>(count), 0);
+        std::vector<std::vector<int64_t>> batches;
+        for (int rank = 0; rank < world; ++rank) {
+          BatchLoader loader(ds, make_options(8, rank, world, 2, drop_last));
+          loader.start_epoch(5);
+          Batch b;
+          for (size_t step = 0; loader.next(b); ++step) {
+            if (batches.size() <= step) batches.emplace_back(static_cast<size_t>(b.global_batch_len), -1);
+            for (size_t k = 0; k < b.sample_indices.size(); ++k) {
+              ++uses[static_cast<size_t>(b.sample_indices[k])];
+              batches[step][static_cast<size_t>(b.offset_in_batch) + k] = b.sample_indices[k];
+            }
+          }
+        }
+        const int total = std::accumulate(uses.begin(), uses.end(), 0);
+        EXPECT_EQ(total, drop_last ? count / 8 * 8 : count);
+        EXPECT_LE(*std::max_element(uses.begin(), uses.end()), 1);
+        if (world == 1) single_batches = batches;
+        EXPECT_EQ(batches, single_batches);  // also: no slot left at -1
+      }
     }
-    const int total = std::accumulate(uses.begin(), uses.end(), 0);
-    EXPECT_EQ(total, drop_last ? 48 : 50);
-    EXPECT_LE(*std::max_element(uses.begin(), uses.end()), 1);
   }
 }
 

@@ -26,12 +26,15 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-// The first line where `a` and `b` differ, quoted from both.
+// The first line where `a` and `b` differ, quoted from both, with the TOML
+// section it sits in ("[optim] 'lr = 0.1' vs 'lr = 0.2'").
 std::string first_difference(const std::string& a, const std::string& b) {
   const std::vector<std::string> la = split_lines(a), lb = split_lines(b);
+  std::string section;
   for (size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
     const std::string x = i < la.size() ? la[i] : "(nothing)", y = i < lb.size() ? lb[i] : "(nothing)";
-    if (x != y) return "'" + x + "' vs '" + y + "'";
+    if (x != y) return (section.empty() ? "" : section + " ") + "'" + x + "' vs '" + y + "'";
+    if (!x.empty() && x[0] == '[') section = x;
   }
   return "(no line differs)";
 }
