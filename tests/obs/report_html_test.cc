@@ -23,8 +23,8 @@ TEST(ReportHtml, LineChartDrawsEverySeriesInsideItsFrame) {
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_EQ(count(svg, "<polyline"), 2u);
   EXPECT_NE(svg.find(">train<"), std::string::npos);  // legend with two series
-  // The first point (step 0, the highest loss) sits at the left edge, top of the plot area.
-  EXPECT_NE(svg.find("points=\"64.0,28.0 "), std::string::npos) << svg;
+  // The first point (step 0, the highest loss) sits at the left edge, below the top by the 5% margin.
+  EXPECT_NE(svg.find("points=\"64.0,36.5 "), std::string::npos) << svg;
 }
 
 TEST(ReportHtml, EmptyOrNonFiniteDataSaysSo) {

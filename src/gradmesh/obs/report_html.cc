@@ -73,15 +73,17 @@ std::string render_line_chart_svg(const LineChart& chart) {
   if (!std::isfinite(x0)) return no_data(chart.title);
   if (x1 == x0) x0 -= 1, x1 += 1;
   if (y1 == y0) y0 -= std::max(1e-9, std::abs(y0) * 0.05), y1 += std::max(1e-9, std::abs(y1) * 0.05);
+  const double margin = (y1 - y0) * 0.05;  // keep the lines off the frame
+  y0 -= margin, y1 += margin;
   const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
   auto sx = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto sy = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
   std::string svg = svg_open(chart.title, kHeight);
   svg += "<rect x=\"" + px(kLeft) + "\" y=\"" + px(kTop) + "\" width=\"" + px(pw) + "\" height=\"" + px(ph) +
-         "\" class=\"frame\"/>";
+         "\" fill=\"none\" stroke=\"#999\"/>";
   for (double t : ticks(y0, y1))
     svg += "<line x1=\"" + px(kLeft) + "\" x2=\"" + px(kLeft + pw) + "\" y1=\"" + px(sy(t)) + "\" y2=\"" + px(sy(t)) +
-           "\" class=\"grid\"/><text x=\"" + px(kLeft - 6) + "\" y=\"" + px(sy(t) + 4) + "\" text-anchor=\"end\">" +
+           "\" stroke=\"#eee\"/><text x=\"" + px(kLeft - 6) + "\" y=\"" + px(sy(t) + 4) + "\" text-anchor=\"end\">" +
            num(t) + "</text>";
   for (double t : ticks(x0, x1))
     svg += "<text x=\"" + px(sx(t)) + "\" y=\"" + px(kTop + ph + 16) + "\" text-anchor=\"middle\">" + num(t) + "</text>";
@@ -151,7 +153,7 @@ std::string render_report_html(const ReportContent& c) {
       "</title>\n<style>body{font:14px sans-serif;margin:24px;color:#222;max-width:1180px}"
       "table{border-collapse:collapse;margin:8px 0 16px}td{padding:2px 12px 2px 0}td:first-child{color:#666}"
       "svg{margin:6px 12px 6px 0;background:#fff}svg text{font:11px sans-serif;fill:#333}svg .t{font:bold 13px sans-serif}"
-      ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.note{background:#fff4d6;padding:6px 10px;margin:4px 0}"
+      ".note{background:#fff4d6;padding:6px 10px;margin:4px 0}"
       "</style></head><body>\n<h1>" +
       html_escape(c.title) + "</h1>\n<table>";
   for (const auto& [key, value] : c.facts)

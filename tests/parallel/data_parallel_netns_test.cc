@@ -1,0 +1,104 @@
+// Data-parallel training across two "machines" (network namespaces joined by
+// a veth pair), one worker per machine, rendezvous through a real
+// redis-server with a password, gradients over TCP. The result must match a
+// single process trained on the same global batches.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "cli/run_command.h"
+#include "comm/redis_server.h"
+#include "gradmesh/checkpoint/safetensors.h"
+#include "support/temp_dir.h"
+#include "support/two_hosts.h"
+
+namespace gradmesh {
+namespace {
+
+using testing::CommandResult;
+
+std::vector<float> weights_of(const std::string& path) {
+  std::vector<float> flat;
+  for (const auto& t : checkpoint::read_safetensors(path).tensors) {
+    const std::vector<float> v = t.tensor.to_vector();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return flat;
+}
+
+// A redis-server inside host 0's namespace, on its veth address; stopped on destruction.
+class NamespacedRedis {
+ public:
+  NamespacedRedis(const testing::TwoHosts& hosts, const std::string& dir, const std::string& password)
+      : prefix_(hosts.exec_prefix(0)), password_(password) {
+    testing::shell(prefix_ + testing::kRedisServerBinary + " --port 6379 --bind " + testing::TwoHosts::kAddress[0] +
+                   " --requirepass " + password + " --save '' --appendonly no --dir " + dir +
+                   " --daemonize yes --pidfile " + dir + "/redis.pid --logfile " + dir + "/redis.log");
+    pidfile_ = dir + "/redis.pid";
+  }
+  ~NamespacedRedis() { testing::shell("kill $(cat " + pidfile_ + ") 2>/dev/null"); }
+  bool wait_ready() const {
+    for (int i = 0; i < 100; ++i) {
+      std::string out;
+      testing::shell(prefix_ + "redis-cli -h " + testing::TwoHosts::kAddress[0] + " -a " + password_ +
+                         " --no-auth-warning ping",
+                     &out);
+      if (out.find("PONG") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+ private:
+  std::string prefix_, password_, pidfile_;
+};
+
+TEST(DataParallelNetns, TwoMachinesWithARedisStoreMatchOneProcess) {
+  if (!testing::have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << testing::kDataDir;
+  if (!testing::redis_server_installed()) GTEST_SKIP() << testing::redis_missing_message();
+  testing::TwoHosts hosts("dp");
+  std::string why;
+  if (!hosts.create(&why)) GTEST_SKIP() << "cannot create network namespaces, skipping the two-machine test: " << why;
+  testing::TempDir dir;
+  NamespacedRedis redis(hosts, dir.path(), "s3cret");
+  ASSERT_TRUE(redis.wait_ready()) << testing::read_file(dir.file("redis.log"));
+
+  const std::string train = "train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set model.hidden=[64]"
+                            " --set data.limit_train=1000 --set train.max_steps=30 --set train.batch_size=50"
+                            " --set train.eval_every_epoch=false --set output.dir=runs --set output.run_id=netns";
+  std::vector<CommandResult> nodes(2);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node) {
+    std::filesystem::create_directories(dir.file("node" + std::to_string(node)));
+    threads.emplace_back([&, node] {
+      nodes[node] = testing::run_shell(
+          "timeout -k 5 120 " + hosts.exec_prefix(node) + "env GRADMESH_HOSTNAME=" + testing::TwoHosts::kAddress[node] +
+              " '" GRADMESH_BINARY "' launch --nnodes 2 --node-rank " + std::to_string(node) +
+              " --nproc-per-node 1 --rdzv-id dp-netns --rdzv-endpoint redis://:s3cret@" +
+              testing::TwoHosts::kAddress[0] + ":6379 -- '" GRADMESH_BINARY "' " + train,
+          dir.file("node" + std::to_string(node)));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int node = 0; node < 2; ++node)
+    ASSERT_EQ(nodes[node].exit_code, 0) << "node " << node << ":\n" << nodes[node].out << nodes[node].err;
+  EXPECT_NE(nodes[0].out.find("on 2 ranks"), std::string::npos) << nodes[0].out;
+  EXPECT_NE(nodes[0].err.find("2 ranks over gloo"), std::string::npos) << nodes[0].err;
+
+  const CommandResult one = testing::run_gradmesh(train + " --set output.run_id=single", dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::vector<float> a = weights_of(dir.file("node0/runs/netns/model.safetensors"));
+  const std::vector<float> b = weights_of(dir.file("runs/single/model.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  EXPECT_LE(diff / scale, 1e-5);
+}
+
+}  // namespace
+}  // namespace gradmesh
