@@ -10,7 +10,7 @@
 
 #include "cli/run_command.h"
 #include "comm/redis_server.h"
-#include "gradmesh/checkpoint/safetensors.h"
+#include "parallel/trained_weights.h"
 #include "support/temp_dir.h"
 #include "support/two_hosts.h"
 
@@ -19,14 +19,6 @@ namespace {
 
 using testing::CommandResult;
 
-std::vector<float> weights_of(const std::string& path) {
-  std::vector<float> flat;
-  for (const auto& t : checkpoint::read_safetensors(path).tensors) {
-    const std::vector<float> v = t.tensor.to_vector();
-    flat.insert(flat.end(), v.begin(), v.end());
-  }
-  return flat;
-}
 
 // A redis-server inside host 0's namespace, on its veth address; stopped on destruction.
 class NamespacedRedis {
@@ -89,15 +81,9 @@ TEST(DataParallelNetns, TwoMachinesWithARedisStoreMatchOneProcess) {
 
   const CommandResult one = testing::run_gradmesh(train + " --set output.run_id=single", dir.path());
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  const std::vector<float> a = weights_of(dir.file("node0/runs/netns/model.safetensors"));
-  const std::vector<float> b = weights_of(dir.file("runs/single/model.safetensors"));
-  ASSERT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  EXPECT_LE(diff / scale, 1e-5);
+  EXPECT_LE(testing::relative_difference(testing::weights_of(dir.file("node0/runs/netns/model.safetensors")),
+                                         testing::weights_of(dir.file("runs/single/model.safetensors"))),
+            1e-5);
 }
 
 }  // namespace

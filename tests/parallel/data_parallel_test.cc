@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "cli/run_command.h"
-#include "gradmesh/checkpoint/safetensors.h"
+#include "parallel/trained_weights.h"
 #include "support/temp_dir.h"
 
 namespace gradmesh {
@@ -46,25 +46,10 @@ std::vector<float> train(const testing::TempDir& dir, const std::string& config,
     ADD_FAILURE() << "no weights at " << path;
     return {};
   }
-  std::vector<float> flat;
-  for (const auto& t : checkpoint::read_safetensors(path).tensors) {
-    const std::vector<float> v = t.tensor.to_vector();
-    flat.insert(flat.end(), v.begin(), v.end());
-  }
-  return flat;
+  return testing::weights_of(path);
 }
 
-// max |a - b| / max |b|: the summation order differs between world sizes, so
-// the runs agree to rounding, not bit for bit.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
+using testing::relative_difference;
 
 class DataParallel : public ::testing::Test {
  protected:
@@ -97,6 +82,18 @@ TEST_F(DataParallel, AccumulationMatchesTooAndOverlapChangesNothing) {
   EXPECT_LE(relative_difference(accum, one), 1e-5);
   const std::vector<float> serial = train(dir_, kMlp, 2, "accum-serial", "--set train.accum_steps=3 --set parallel.overlap=false");
   EXPECT_EQ(serial, accum);  // same buckets reduced in the same order: bit for bit
+}
+
+TEST_F(DataParallel, UnderMpirunTheMpiBackendGivesTheSameResult) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  const std::vector<float> one = train(dir_, kMlp, 0, "one");
+  // As root (CI), Open MPI needs --allow-run-as-root; --oversubscribe lets 3 ranks share 2 cores.
+  const CommandResult r = run_shell("timeout -k 5 180 mpirun --allow-run-as-root --oversubscribe -np 3 " +
+                                        train_command(kMlp, 0, "mpi").substr(std::string("timeout -k 5 180 ").size()),
+                                    dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("3 ranks over mpi"), std::string::npos) << r.err;
+  EXPECT_LE(relative_difference(testing::weights_of(dir_.path() + "/runs/mpi/model.safetensors"), one), 1e-5);
 }
 
 TEST_F(DataParallel, RerunsAreBitIdentical) {
