@@ -37,6 +37,7 @@ bench: build
 	@scripts/install-deps.sh --bench
 	python3 bench/engine.py
 	python3 bench/comm.py
+	python3 bench/ddp.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
