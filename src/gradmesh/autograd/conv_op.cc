@@ -5,6 +5,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/activation.h"
 #include "gradmesh/kernels/conv.h"
+#include "gradmesh/kernels/conv_winograd.h"
 #include "gradmesh/kernels/gemm.h"
 
 namespace gradmesh::autograd {
@@ -29,10 +30,77 @@ kernels::ConvGeometry checked_geometry(const Variable& x, const Variable& weight
   return g;
 }
 
+// Winograd (F(4x4, 3x3) or F(2x2, 3x3), whichever issues fewer multiply-adds)
+// for 3x3 stride-1 kernels with enough input channels. Measured on the
+// reference CNN (single thread, batch 128): conv 32->64 on 13x13 runs its
+// three passes in under half the im2col time (F(2x2): 0.6x). With C = 1 (the
+// first layer) every Winograd GEMM has depth 1, far from BLAS's efficient
+// regime, and the transforms cost more than the multiply-adds they save:
+// im2col measured about 3x faster there, so it stays.
+constexpr int64_t kWinogradMinChannels = 8;
+
+bool use_winograd(const kernels::ConvGeometry& g, Activation act) {
+  return kernels::winograd_applicable(g) && g.in_channels >= kWinogradMinChannels &&
+         (act == Activation::kNone || act == Activation::kRelu);
+}
+
+Variable conv2d_winograd(const Variable& x, const Variable& weight, const Variable& bias,
+                         const Conv2dOptions& options, const kernels::ConvGeometry& g) {
+  const Activation act = options.act;
+  const int64_t oc = g.out_channels;
+  const int tile = kernels::winograd_choose_tile(g);
+  Tensor u = Tensor::empty({kernels::winograd_weight_floats(g, tile)});
+  kernels::winograd_weights(g, tile, weight.value().data(), u.data());
+  Tensor v = Tensor::empty({kernels::winograd_input_floats(g, tile)});
+  Tensor scratch = Tensor::empty({kernels::winograd_scratch_floats(g, tile)});
+  const bool cm_out = options.channel_major_output;
+  Tensor y = cm_out ? Tensor::empty({oc, g.batch, g.out_h(), g.out_w()})
+                    : Tensor::empty({g.batch, oc, g.out_h(), g.out_w()});
+  kernels::winograd_forward(g, tile, x.value().data(), u.data(), bias.defined() ? bias.value().data() : nullptr, act,
+                            cm_out, v.data(), scratch.data(), y.data());
+  Variable result(std::move(y));
+  if (!should_record({&x, &weight, &bias})) return result;
+
+  auto xst = x.state(), wst = weight.state(), bs = bias.state(), ys = result.state();
+  std::vector<std::shared_ptr<VariableState>> inputs{xst, wst};
+  if (bs) inputs.push_back(bs);
+  current_tape().record(std::move(inputs), ys,
+                        [=, u = std::move(u), v = std::move(v), scratch = std::move(scratch)]() mutable {
+    const bool want_w = wst->requires_grad, want_b = bs && bs->requires_grad;
+    Tensor du, db;
+    kernels::WinogradGrads grads;
+    if (want_w) {
+      du = Tensor::empty(u.shape());
+      grads.du = du.data();
+    }
+    if (want_b) {
+      db = Tensor::empty({oc});
+      grads.db = db.data();
+    }
+    if (xst->requires_grad) {
+      GradTarget t = grad_target(*xst);
+      grads.dx = t.data;
+      grads.dx_accumulate = t.accumulate;
+    }
+    const float* y_for_mask = act == Activation::kRelu ? ys->value.data() : nullptr;
+    kernels::winograd_backward(g, tile, ys->grad.data(), y_for_mask, cm_out, u.data(), v.data(), scratch.data(), grads);
+    if (want_w) {
+      GradTarget t = grad_target(*wst);
+      kernels::winograd_weight_grad(g, tile, du.data(), t.data, t.accumulate);
+    }
+    if (want_b) {
+      GradTarget t = grad_target(*bs);
+      kernels::add_into(t.data, db.data(), oc, t.accumulate);
+    }
+  });
+  return result;
+}
+
 }  // namespace
 
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options) {
   const kernels::ConvGeometry g = checked_geometry(x, weight, bias, options);
+  if (use_winograd(g, options.act)) return conv2d_winograd(x, weight, bias, options, g);
   const Activation act = options.act;
   const bool has_bias = bias.defined();
   const int64_t rows = g.col_rows(), cols = g.col_cols(), oc = g.out_channels;

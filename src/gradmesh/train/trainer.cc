@@ -195,7 +195,9 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream, std:
       ++step_in_epoch;
       s.samples += batch.global_batch_len;
       s.window_samples += batch.global_batch_len;
-      if (!multi_rank(world)) s.last_loss = loss;
+      // With several ranks the global loss is known at log steps; until the
+      // first one, this rank's share scaled by the world size estimates it.
+      if (!multi_rank(world) || s.step <= tc.log_every) s.last_loss = loss * world_size;
       if (s.step % tc.log_every == 0 || s.step == total_steps)
         log_interval(s, config, world, lr, epoch, metrics.get(), &report, detector, progress);
       const double elapsed = now_seconds() - s.start - s.excluded;
