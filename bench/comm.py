@@ -2,16 +2,19 @@
 """Collectives benchmark: gradmesh's shm and gloo backends against raw Open MPI and raw Gloo.
 
 Builds the anchors from ../shared/anchors (mpi_allreduce.cc, gloo_allreduce.cc), then
-alternates runs (ours, anchor, ours, anchor, ...) on 2 ranks and reports per-size
+alternates runs (ours, anchor, anchor, ours, ...) on 2 ranks and reports per-size
 medians: shm against Open MPI (busbw and latency), gloo against raw Gloo's best
-algorithm at each size.
+algorithm at each size, and the median of the ratios within each pair of runs.
+The shm runs bind each rank to a core, as mpirun binds the MPI anchor; the gloo
+runs and the Gloo anchor are unbound. Note the machine's load (printed): on a
+shared 2-core machine single runs vary 2-3x.
 
-usage: bench/comm.py [--runs N] [--anchors DIR] [--ranks 2]
+usage: bench/comm.py [--runs N] [--anchors DIR] [--ranks 2] [--build DIR] [--only shm|gloo]
 """
-import argparse, json, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRADMESH = os.path.join(ROOT, "build", "gradmesh")
+GRADMESH = os.path.join(ROOT, "build", "gradmesh")  # --build changes it
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", GRADMESH_DEBUG="WARN")
 
 
@@ -56,6 +59,13 @@ def gloo_anchor(binary, ranks):
     return rows
 
 
+def paired(ours_runs, anchor_runs, key):
+    """Median over runs of key(ours, anchor) for each size: each run of ours is paired with the anchor run
+    next to it in time, so a burst of load from other processes that slows both cancels out."""
+    sizes = sorted(set.intersection(*(set(s) for s in ours_runs + anchor_runs)))
+    return {b: statistics.median(key(o[b], a[b]) for o, a in zip(ours_runs, anchor_runs)) for b in sizes}
+
+
 def medians(samples):
     sizes = sorted(set.intersection(*(set(s) for s in samples)))
     return {b: (statistics.median(s[b][0] for s in samples), statistics.median(s[b][1] for s in samples)) for b in sizes}
@@ -66,22 +76,51 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--anchors", default=os.path.join(ROOT, "..", "shared", "anchors"))
+    p.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory holding gradmesh")
+    p.add_argument("--only", choices=["shm", "gloo"], help="compare one backend only")
     a = p.parse_args()
+    global GRADMESH
+    GRADMESH = os.path.join(a.build, "gradmesh")
     build = tempfile.mkdtemp(prefix="gradmesh-anchors-")
+    try:
+        compare(a, build)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def compare(a, build):
     mpi_bin, gloo_bin = os.path.join(build, "mpi_allreduce"), os.path.join(build, "gloo_allreduce")
     run(["mpicxx", "-O2", os.path.join(a.anchors, "mpi_allreduce.cc"), "-o", mpi_bin])
     run(["g++", "-O2", os.path.join(a.anchors, "gloo_allreduce.cc"), "-o", gloo_bin, "-lgloo", "-lpthread"])
     s, m, g, gl = [], [], [], []
-    for _ in range(a.runs):
-        s.append(ours("shm", a.ranks)); m.append(mpi_anchor(mpi_bin, a.ranks))
-        g.append(ours("gloo", a.ranks)); gl.append(gloo_anchor(gloo_bin, a.ranks))
-    s, m, g, gl = medians(s), medians(m), medians(g), medians(gl)
-    print(f"machine: {os.cpu_count()} cores, {a.ranks} ranks, float32 sum all-reduce; {a.runs} alternating runs, medians")
-    print("| bytes | shm us | Open MPI us | shm busbw GB/s | Open MPI busbw GB/s | shm/MPI busbw | gloo us | raw Gloo best us | gloo/raw time |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for b in sorted(set(s) & set(m) & set(g) & set(gl)):
-        print(f"| {b} | {s[b][0]:.1f} | {m[b][0]:.1f} | {s[b][1]:.2f} | {m[b][1]:.2f} | {s[b][1] / m[b][1]:.2f} | "
-              f"{g[b][0]:.1f} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} |")
+    for i in range(a.runs):
+        # Alternate which side goes first, so a load that drifts over a run does not favour one.
+        first = i % 2 == 0
+        if a.only != "gloo":
+            pair = [lambda: s.append(ours("shm", a.ranks)), lambda: m.append(mpi_anchor(mpi_bin, a.ranks))]
+            for f in (pair if first else pair[::-1]): f()
+        if a.only != "shm":
+            pair = [lambda: g.append(ours("gloo", a.ranks)), lambda: gl.append(gloo_anchor(gloo_bin, a.ranks))]
+            for f in (pair if first else pair[::-1]): f()
+    load = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {a.ranks} ranks, "
+          f"float32 sum all-reduce; {a.runs} alternating runs, medians")
+    if s:
+        pr = paired(s, m, lambda o, a: o[1] / a[1])
+        s, m = medians(s), medians(m)
+        print("| bytes | shm us | Open MPI us | shm busbw GB/s | Open MPI busbw GB/s | shm/MPI busbw | paired shm/MPI busbw |")
+        print("|---|---|---|---|---|---|---|")
+        for b in sorted(set(s) & set(m)):
+            print(f"| {b} | {s[b][0]:.1f} | {m[b][0]:.1f} | {s[b][1]:.2f} | {m[b][1]:.2f} | {s[b][1] / m[b][1]:.2f} | "
+                  f"{pr[b]:.2f} |")
+    if g:
+        pr = paired(g, gl, lambda o, a: o[0] / a[0])
+        g, gl = medians(g), medians(gl)
+        print("| bytes | gloo us | raw Gloo best us | gloo/raw time | paired gloo/raw time |")
+        print("|---|---|---|---|---|")
+        for b in sorted(set(g) & set(gl)):
+            print(f"| {b} | {g[b][0]:.1f} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} | {pr[b]:.2f} |")
+    print("ratio columns: of the medians; paired: the median over runs of the ratio within each run's pair")
     print("targets: shm busbw >= Open MPI's at 256 KB-16 MB; shm 4 KB latency <= 2x Open MPI's; "
           "gloo time <= 1.10x raw Gloo's best at every size")
 

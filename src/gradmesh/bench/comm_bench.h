@@ -17,12 +17,17 @@ struct CommBenchOptions {
   int64_t max_bytes = 64 << 20;
   int iters = 0;    // 0: chosen per size (more for small messages)
   int warmup = 5;
+  // The shm backend only: bind each rank's threads to its own core first, as
+  // mpirun binds the Open MPI anchor's ranks (see comm_bench.cc). Gloo's
+  // anchor runs unbound, and so does the gloo backend here.
+  bool bind_shm_ranks = true;
 };
 
 struct CommBenchRow {
   int64_t bytes;
   double seconds;  // per all-reduce, slowest rank
   double algbw_gbps, busbw_gbps;
+  bool bound = false;  // the ranks were bound to cores (bind_shm_ranks)
 };
 
 // Collective: every rank of `group` calls it with the same options.

@@ -92,8 +92,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::string rank_text(int rank) const;
   std::string ranks_text(const std::vector<int>& ranks) const;
   void check_tensor(const Tensor& tensor, const char* op) const;
-  std::shared_ptr<Work> submit(const std::string& name, const std::string& details, size_t bytes, Millis timeout,
-                               std::function<void(const Op&)> body);
+  std::shared_ptr<Work> submit(const std::string& name, const std::string& details, size_t bytes,
+                               const CollectiveOptions& options, std::function<void(const Op&)> body);
   void run_collective(const Op& op, const std::function<void(const Op&)>& body);
   [[noreturn]] void fail(const Op& op, std::exception_ptr error, bool expired);
   void say_goodbye();
@@ -221,10 +221,11 @@ void GlooProcessGroup::check_tensor(const Tensor& tensor, const char* op) const 
 }
 
 std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const std::string& details, size_t bytes,
-                                               Millis timeout, std::function<void(const Op&)> body) {
+                                               const CollectiveOptions& options, std::function<void(const Op&)> body) {
   std::lock_guard<std::mutex> lock(submit_mutex_);
-  Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_, effective(timeout)};
-  if (bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
+  Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_,
+        effective(options.timeout)};
+  if (!options.background && bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
     auto work = std::make_shared<Work>(op.description);
     work->start();
     try {
@@ -339,7 +340,7 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
 
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce");
-  return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), tensor.nbytes(), options.timeout,
+  return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), tensor.nbytes(), options,
                 [this, held = tensor, reduce = options.op](const Op&) mutable {
                   run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
                 });
@@ -351,7 +352,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const Broadcas
     throw_error(ErrorKind::kUsage, "gloo broadcast",
                 "root " + std::to_string(options.root) + " is not a rank of this group of " + std::to_string(size_));
   return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), tensor.nbytes(),
-                options.timeout, [this, held = tensor, root = options.root](const Op& op) mutable {
+                options, [this, held = tensor, root = options.root](const Op& op) mutable {
                   if (size_ == 1 || held.nbytes() == 0) return;
                   gloo::BroadcastOptions opts(context_);
                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
@@ -368,7 +369,7 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out,
     throw_error(ErrorKind::kShape, "gloo allgather",
                 "out must hold size() x in = " + std::to_string(size_) + " x " + tensor_text(in) + ", found " +
                     tensor_text(out));
-  return submit("allgather", tensor_text(in) + " per rank", out.nbytes(), options.timeout,
+  return submit("allgather", tensor_text(in) + " per rank", out.nbytes(), options,
                 [this, source = in, held = out](const Op& op) mutable {
                   if (held.nbytes() == 0) return;
                   auto* in_bytes = static_cast<uint8_t*>(const_cast<void*>(source.raw()));
@@ -393,7 +394,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
                 "in must hold size() x out = " + std::to_string(size_) + " x " + tensor_text(out) + ", found " +
                     tensor_text(in));
   return submit("reduce_scatter", tensor_text(out) + " per rank, " + reduce_op_name(options.op), in.nbytes(),
-                options.timeout, [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
+                options, [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
                   if (held.nbytes() == 0) return;
                   if (size_ == 1) {
                     std::memcpy(held.raw(), source.raw(), held.nbytes());
@@ -405,7 +406,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
 }
 
 std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
-  return submit("barrier", "", 0, options.timeout, [this](const Op& op) {
+  return submit("barrier", "", 0, options, [this](const Op& op) {
     if (size_ == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(op.gloo_timeout());

@@ -13,7 +13,8 @@
 // none is queued or running runs on the caller's thread and is complete when
 // the call returns (the thread hand-off would cost ~50 us, half a 4 KB
 // all-reduce; as in the shm backend, such a call blocks until the peers
-// arrive, so work meant to overlap computation should be larger).
+// arrive, so work meant to overlap computation sets options.background,
+// which always queues it).
 //   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
 //                   message size (algorithm_choice.h); F32 in place with no
 //                   copy. BF16 is widened into a float32 scratch buffer,

@@ -31,10 +31,11 @@ class HierProcessGroup : public ProcessGroup {
   }
 
   std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
-    return queue_->enqueue(describe("allreduce", tensor), [this, &tensor, options] {
+    return queue_->enqueue(describe("allreduce", tensor), [this, tensor, options]() mutable {
       // BF16 is widened once so the three stages add in float32 and round once at the end.
       Tensor work = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
       AllreduceOptions stage = options;
+      stage.background = false;  // see stage_options()
       if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;  // divide once, by the world size, at the end
       wait(local_->allreduce(work, stage), options);
       if (leaders_) wait(leaders_->allreduce(work, stage), options);
@@ -45,15 +46,15 @@ class HierProcessGroup : public ProcessGroup {
   }
 
   std::shared_ptr<Work> broadcast(Tensor& tensor, const BroadcastOptions& options) override {
-    return queue_->enqueue(describe("broadcast", tensor), [this, &tensor, options] {
+    return queue_->enqueue(describe("broadcast", tensor), [this, tensor, options]() mutable {
       const int root_host = options.root / local_size_;
       if (host_ == root_host && options.root % local_size_ != 0) {  // bring the value to the root host's leader
-        BroadcastOptions local = options;
+        BroadcastOptions local = stage_options(options);
         local.root = options.root % local_size_;
         wait(local_->broadcast(tensor, local), options);
       }
       if (leaders_) {
-        BroadcastOptions across = options;
+        BroadcastOptions across = stage_options(options);
         across.root = root_host;
         wait(leaders_->broadcast(tensor, across), options);
       }
@@ -62,13 +63,13 @@ class HierProcessGroup : public ProcessGroup {
   }
 
   std::shared_ptr<Work> allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) override {
-    return queue_->enqueue(describe("allgather", in), [this, &in, &out, options] {
+    return queue_->enqueue(describe("allgather", in), [this, in, out, options]() mutable {
       const int64_t n = in.numel();
       Tensor host_block = out.slice_flat(static_cast<int64_t>(host_) * local_size_ * n, {local_size_ * n});
-      wait(local_->allgather(in, host_block, options), options);
+      wait(local_->allgather(in, host_block, stage_options(options)), options);
       if (leaders_) {
         Tensor staged = host_block.clone();  // gloo's allgather needs distinct input and output buffers
-        wait(leaders_->allgather(staged, out, options), options);
+        wait(leaders_->allgather(staged, out, stage_options(options)), options);
       }
       fan_out(out, options);
     });
@@ -77,9 +78,10 @@ class HierProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) override {
     // All-reduce, then keep this rank's slice: the same result with the
     // hierarchical all-reduce's traffic pattern.
-    return queue_->enqueue(describe("reduce_scatter", in), [this, &in, &out, options] {
+    return queue_->enqueue(describe("reduce_scatter", in), [this, in, out, options]() mutable {
       Tensor full = in.to(DType::kF32);
       AllreduceOptions stage = options;
+      stage.background = false;
       if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;
       wait(local_->allreduce(full, stage), options);
       if (leaders_) wait(leaders_->allreduce(full, stage), options);
@@ -92,9 +94,9 @@ class HierProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Work> barrier(const CollectiveOptions& options) override {
     return queue_->enqueue("hier barrier", [this, options] {
-      wait(local_->barrier(options), options);
-      if (leaders_) wait(leaders_->barrier(options), options);
-      wait(local_->barrier(options), options);
+      wait(local_->barrier(stage_options(options)), options);
+      if (leaders_) wait(leaders_->barrier(stage_options(options)), options);
+      wait(local_->barrier(stage_options(options)), options);
     });
   }
 
@@ -112,6 +114,17 @@ class HierProcessGroup : public ProcessGroup {
            std::to_string(t.numel()) + ")";
   }
 
+  // Every hier operation runs on this group's own thread (so options.background
+  // is always honoured), and that thread waits for each stage at once: the
+  // stages run on it too, inline where the stage's backend allows, instead of
+  // paying a second thread hand-off each.
+  template <class Options>
+  static Options stage_options(const Options& options) {
+    Options stage = options;
+    stage.background = false;
+    return stage;
+  }
+
   void wait(const std::shared_ptr<Work>& work, const CollectiveOptions& options) {
     if (!work->wait(options.timeout))
       throw_error(ErrorKind::kTimeout, work->description(),
@@ -120,7 +133,7 @@ class HierProcessGroup : public ProcessGroup {
 
   void fan_out(Tensor& tensor, const CollectiveOptions& options) {
     if (local_size_ == 1) return;
-    BroadcastOptions from_leader;
+    BroadcastOptions from_leader;  // background = false: see stage_options()
     from_leader.timeout = options.timeout;
     from_leader.root = 0;
     wait(local_->broadcast(tensor, from_leader), options);

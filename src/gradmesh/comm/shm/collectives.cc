@@ -161,16 +161,21 @@ void Collectives::allreduce(void* data, int64_t count, DType dtype, ReduceOp op,
     wait_all(current.copied_in, ctx);
     for (int r = 0; r < size_; ++r)
       inputs[r] = (r == rank_ ? current.here : region + r * slot_bytes) + current.own.lo * esize;
-    reduce_buffers(inputs.data(), size_, result + current.own.lo * esize, current.own.hi - current.own.lo, dtype, op);
+    const Slice own = current.own;
+    reduce_buffers(inputs.data(), size_, result + own.lo * esize, own.hi - own.lo, dtype, op);
     advance();
     const uint32_t reduced = progress_;
+    // Our own slice of the result is in this core's cache now, and no other
+    // rank reads our tensor: take it out before waiting for the others.
+    std::memcpy(current.here + own.lo * esize, result + own.lo * esize, (own.hi - own.lo) * esize);
     // Pipelining: copy the next chunk into the other region while slower
     // ranks finish reducing this one.
     const bool more = offset + chunk < count;
     Chunk next = more ? copy_in(offset + chunk) : current;
-    // Step 3: every slice is reduced; take the whole chunk.
+    // Step 3: every slice is reduced; take the others' slices.
     wait_all(reduced, ctx);
-    std::memcpy(current.here, result, current.n * esize);
+    std::memcpy(current.here, result, own.lo * esize);
+    std::memcpy(current.here + own.hi * esize, result + own.hi * esize, (current.n - own.hi) * esize);
     advance();
     release_region(current.buffer);
     current = next;

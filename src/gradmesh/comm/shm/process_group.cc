@@ -91,8 +91,9 @@ void ShmProcessGroup::run_body(const std::string& description, Millis timeout, c
   }
 }
 
-std::shared_ptr<Work> ShmProcessGroup::submit(const char* op, const std::string& detail, size_t bytes, Millis timeout,
-                                              Body body) {
+std::shared_ptr<Work> ShmProcessGroup::submit(const char* op, const std::string& detail, size_t bytes,
+                                              const CollectiveOptions& options, Body body) {
+  const Millis timeout = effective(options.timeout);
   std::lock_guard<std::mutex> lock(submit_mutex_);
   const std::string description = std::string(op) + " #" + std::to_string(++seq_) + " (" + detail + ")";
   {
@@ -103,7 +104,7 @@ std::shared_ptr<Work> ShmProcessGroup::submit(const char* op, const std::string&
       return work;
     }
   }
-  if (bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_->broken()) {
+  if (!options.background && bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_->broken()) {
     auto work = std::make_shared<Work>(description);
     work->start();
     try {
@@ -138,7 +139,7 @@ std::shared_ptr<Work> ShmProcessGroup::allreduce(Tensor& tensor, const Allreduce
   check_tensor(tensor, "allreduce", "input");
   const ReduceOp op = options.op;
   return submit("allreduce", tensor_label(tensor) + ", " + reduce_op_name(op), tensor.nbytes(),
-                effective(options.timeout), [this, tensor, op](const shm::OpContext& ctx) mutable {
+                options, [this, tensor, op](const shm::OpContext& ctx) mutable {
                   collectives_->allreduce(tensor.raw(), tensor.numel(), tensor.dtype(), op, ctx);
                 });
 }
@@ -150,7 +151,7 @@ std::shared_ptr<Work> ShmProcessGroup::broadcast(Tensor& tensor, const Broadcast
     throw_error(ErrorKind::kUsage, label_ + " broadcast",
                 "root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
   return submit("broadcast", tensor_label(tensor) + ", root " + std::to_string(root), tensor.nbytes(),
-                effective(options.timeout), [this, tensor, root](const shm::OpContext& ctx) mutable {
+                options, [this, tensor, root](const shm::OpContext& ctx) mutable {
                   collectives_->broadcast(tensor.raw(), tensor.numel(), tensor.dtype(), root, ctx);
                 });
 }
@@ -163,7 +164,7 @@ std::shared_ptr<Work> ShmProcessGroup::allgather(const Tensor& in, Tensor& out, 
                 "output is " + tensor_label(out) + ", expected " + dtype_label(in.dtype()) + " x " +
                     std::to_string(in.numel() * size_) + " (" + std::to_string(size_) + " ranks x " +
                     tensor_label(in) + ")");
-  return submit("allgather", tensor_label(in), in.nbytes() * size_, effective(options.timeout),
+  return submit("allgather", tensor_label(in), in.nbytes() * size_, options,
                 [this, in, out](const shm::OpContext& ctx) mutable {
                   collectives_->allgather(in.raw(), out.raw(), in.numel(), in.dtype(), ctx);
                 });
@@ -182,13 +183,13 @@ std::shared_ptr<Work> ShmProcessGroup::reduce_scatter(const Tensor& in, Tensor& 
                 "the output overlaps the input; pass a separate output tensor");
   const ReduceOp op = options.op;
   return submit("reduce_scatter", tensor_label(out) + ", " + reduce_op_name(op), in.nbytes(),
-                effective(options.timeout), [this, in, out, op](const shm::OpContext& ctx) mutable {
+                options, [this, in, out, op](const shm::OpContext& ctx) mutable {
                   collectives_->reduce_scatter(in.raw(), out.raw(), out.numel(), out.dtype(), op, ctx);
                 });
 }
 
 std::shared_ptr<Work> ShmProcessGroup::barrier(const CollectiveOptions& options) {
-  return submit("barrier", "", 0, effective(options.timeout),
+  return submit("barrier", "", 0, options,
                 [this](const shm::OpContext& ctx) { collectives_->barrier(ctx); });
 }
 
@@ -197,7 +198,7 @@ std::shared_ptr<Work> ShmProcessGroup::send(const Tensor& tensor, int dst, int t
   check_peer(dst, "send");
   return submit("send", tensor_label(tensor) + " to rank " + std::to_string(world_ranks_[dst]) + ", tag " +
                             std::to_string(tag),
-                tensor.nbytes(), effective(options.timeout), [this, tensor, dst, tag](const shm::OpContext& ctx) {
+                tensor.nbytes(), options, [this, tensor, dst, tag](const shm::OpContext& ctx) {
                   collectives_->send(tensor.raw(), tensor.numel(), tensor.dtype(), dst, tag, ctx);
                 });
 }
@@ -207,7 +208,7 @@ std::shared_ptr<Work> ShmProcessGroup::recv(Tensor& tensor, int src, int tag, co
   check_peer(src, "recv");
   return submit("recv", tensor_label(tensor) + " from rank " + std::to_string(world_ranks_[src]) + ", tag " +
                             std::to_string(tag),
-                tensor.nbytes(), effective(options.timeout), [this, tensor, src, tag](const shm::OpContext& ctx) mutable {
+                tensor.nbytes(), options, [this, tensor, src, tag](const shm::OpContext& ctx) mutable {
                   collectives_->recv(tensor.raw(), tensor.numel(), tensor.dtype(), src, tag, ctx);
                 });
 }

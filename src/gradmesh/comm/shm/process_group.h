@@ -9,7 +9,7 @@
 // more than a 4 KB all-reduce over shared memory and 30% of a 1 MB one, and
 // ordering is unaffected: nothing else is in flight. The price: the caller
 // blocks until its peers arrive, so an operation meant to overlap with
-// computation should be larger than kInlineBytes or issued behind one.
+// computation sets options.background, which always queues it.
 //
 // Timeouts: an operation's deadline is its options.timeout counted from when
 // it starts executing; an options.timeout left at kDefaultTimeout means the
@@ -79,7 +79,8 @@ class ShmProcessGroup final : public ProcessGroup {
  private:
   using Body = std::function<void(const shm::OpContext&)>;
   // Numbers the operation, then runs `body` inline or on the queue (see above).
-  std::shared_ptr<Work> submit(const char* op, const std::string& detail, size_t bytes, Millis timeout, Body body);
+  std::shared_ptr<Work> submit(const char* op, const std::string& detail, size_t bytes,
+                               const CollectiveOptions& options, Body body);
   void run_body(const std::string& description, Millis timeout, const Body& body);
   Millis effective(Millis timeout) const { return timeout == kDefaultTimeout ? timeout_ : timeout; }
   void check_tensor(const Tensor& tensor, const char* op, const char* role) const;

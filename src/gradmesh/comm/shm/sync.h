@@ -3,11 +3,12 @@
 // Ranks coordinate through monotonic 32-bit counters that live in the shared
 // segment: a rank publishes progress by storing a larger value into its own
 // counter, and a waiter waits until the counters it depends on have reached
-// a target. Waiting spins for a few microseconds (a peer that is a step
-// behind usually arrives within that time, and a sleep/wake round trip costs
-// more than the whole small-message collective), then yields the core for up
-// to 100 us, then sleeps on the counter with futex(2), so an idle rank burns
-// no core. Every sleep is bounded (at
+// a target. Waiting spins for up to 100 us (a peer that is a step behind
+// usually arrives within that time, and a sleep/wake round trip costs more
+// than the whole small-message collective), then sleeps on the counter with
+// futex(2), so an idle rank burns no core. While it spins it yields the core
+// (sched_yield) only when the rank it waits for last published from this
+// same CPU, i.e. is probably queued behind the waiter. Every sleep is bounded (at
 // most 100 ms) so the waiter can check its deadline, whether the ranks it
 // waits for are still alive, and whether another rank aborted the group.
 //
@@ -38,6 +39,9 @@ using Clock = std::chrono::steady_clock;
 struct alignas(64) SharedCounter {
   std::atomic<uint32_t> value;
   std::atomic<uint32_t> waiters;
+  // 1 + the CPU its writer last published from (0: not known yet). A hint
+  // for waiters (see wait_reached), so it is read and written relaxed.
+  std::atomic<int32_t> cpu;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be lock-free");
 static_assert(sizeof(SharedCounter) == 64);
