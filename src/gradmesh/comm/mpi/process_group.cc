@@ -80,7 +80,7 @@ class MpiProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
     const std::string what = describe("allreduce", ++seq_, tensor, reduce_op_name(options.op));
-    return queue_->enqueue(what, [this, &tensor, options, what] {
+    return queue_->enqueue(what, [this, tensor, options, what]() mutable {
       // BF16 travels as float32 so it is summed in float32 and rounded once.
       Tensor wide = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
       MPI_Request request;
@@ -97,7 +97,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> broadcast(Tensor& tensor, const BroadcastOptions& options) override {
     check_root(options.root, "broadcast");
     const std::string what = describe("broadcast", ++seq_, tensor, "root " + std::to_string(options.root));
-    return queue_->enqueue(what, [this, &tensor, options, what] {
+    return queue_->enqueue(what, [this, tensor, options, what]() mutable {
       MPI_Request request;
       check_mpi(MPI_Ibcast(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, options.root, comm_, &request),
                 what);
@@ -108,7 +108,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> allgather(const Tensor& in, Tensor& out, const CollectiveOptions& options) override {
     check_sizes(in, out, size_, "allgather");
     const std::string what = describe("allgather", ++seq_, in);
-    return queue_->enqueue(what, [this, &in, &out, options, what] {
+    return queue_->enqueue(what, [this, in, out, options, what]() mutable {
       MPI_Request request;
       const int bytes = static_cast<int>(in.nbytes());
       check_mpi(MPI_Iallgather(in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE, comm_, &request), what);
@@ -119,7 +119,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& in, Tensor& out, const AllreduceOptions& options) override {
     check_sizes(out, in, size_, "reduce_scatter");
     const std::string what = describe("reduce_scatter", ++seq_, in, reduce_op_name(options.op));
-    return queue_->enqueue(what, [this, &in, &out, options, what] {
+    return queue_->enqueue(what, [this, in, out, options, what]() mutable {
       Tensor wide_in = in.dtype() == DType::kF32 ? in : in.to(DType::kF32);
       Tensor wide_out = out.dtype() == DType::kF32 ? out : Tensor::empty(out.shape());
       MPI_Request request;
@@ -145,7 +145,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override {
     check_root(dst, "send");
     const std::string what = describe("send", ++seq_, tensor, "to rank " + std::to_string(dst));
-    return queue_->enqueue(what, [this, &tensor, dst, tag, options, what] {
+    return queue_->enqueue(what, [this, tensor, dst, tag, options, what] {
       MPI_Request request;
       check_mpi(MPI_Isend(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, tag, comm_, &request), what);
       complete(request, what, options.timeout);
@@ -155,7 +155,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) override {
     check_root(src, "recv");
     const std::string what = describe("recv", ++seq_, tensor, "from rank " + std::to_string(src));
-    return queue_->enqueue(what, [this, &tensor, src, tag, options, what] {
+    return queue_->enqueue(what, [this, tensor, src, tag, options, what]() mutable {
       MPI_Request request;
       check_mpi(MPI_Irecv(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_, &request), what);
       complete(request, what, options.timeout);
