@@ -28,6 +28,7 @@
 #include "gradmesh/comm/gloo/process_group.h"
 #include "gradmesh/comm/gloo/store_adapter.h"
 #include "support/temp_dir.h"
+#include "support/two_hosts.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -36,78 +37,11 @@ using testing::Collective;
 using testing::CollectiveCase;
 using TempDir = gradmesh::testing::TempDir;
 
-// Runs a shell command; returns its exit status and appends its output to `output`.
-int shell(const std::string& command, std::string* output = nullptr) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buffer[512];
-  std::string text;
-  while (std::fgets(buffer, sizeof buffer, pipe)) text += buffer;
-  const int status = ::pclose(pipe);
-  if (output) *output += text;
-  return status;
-}
-
-// Two namespaces joined by a veth pair, 10.231.0.1/24 <-> 10.231.0.2/24.
-// Names carry the test's pid, so concurrent runs do not collide; both
-// namespaces (and with them the veth pair) are deleted on destruction.
-class TwoHosts {
- public:
-  static constexpr const char* kAddress[2] = {"10.231.0.1", "10.231.0.2"};
-
-  TwoHosts() {
-    const std::string id = std::to_string(::getpid());
-    for (int i = 0; i < 2; ++i) {
-      namespace_[i] = "gmgloo" + id + (i ? "b" : "a");
-      veth_[i] = "gmv" + id + (i ? "b" : "a");  // interface names: at most 15 characters
-    }
-  }
-  ~TwoHosts() {
-    for (const std::string& name : namespace_) shell("ip netns del " + name);
-  }
-  TwoHosts(const TwoHosts&) = delete;
-  TwoHosts& operator=(const TwoHosts&) = delete;
-
-  // Creates both namespaces and the link; false (with the failing command's output) on any failure.
-  bool create(std::string* why) {
-    std::vector<std::string> commands = {
-        "ip netns add " + namespace_[0],
-        "ip netns add " + namespace_[1],
-        "ip link add " + veth_[0] + " type veth peer name " + veth_[1],
-    };
-    for (int i = 0; i < 2; ++i) {
-      const std::string in = "ip -n " + namespace_[i] + " ";
-      commands.push_back("ip link set " + veth_[i] + " netns " + namespace_[i]);
-      commands.push_back(in + "addr add " + kAddress[i] + "/24 dev " + veth_[i]);
-      commands.push_back(in + "link set " + veth_[i] + " up");
-      commands.push_back(in + "link set lo up");
-    }
-    for (const std::string& command : commands) {
-      std::string output;
-      if (shell(command, &output) != 0) {
-        *why = "'" + command + "' failed: " + output;
-        shell("ip link del " + veth_[0]);  // if it was created but not moved yet
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Moves the calling (single-threaded, forked) process into host i's namespace.
-  void enter(int i) const {
-    const std::string path = "/var/run/netns/" + namespace_[i];
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) throw std::runtime_error("cannot enter " + path);
-    ::close(fd);
-  }
-
- private:
-  std::string namespace_[2], veth_[2];
-};
+using gradmesh::testing::TwoHosts;
 
 TEST(GlooNetns, CollectivesBetweenTwoNamespaces) {
   if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root; skipping the two-host gloo test";
-  TwoHosts hosts;
+  TwoHosts hosts("gl");
   std::string why;
   if (!hosts.create(&why)) GTEST_SKIP() << "cannot create network namespaces, skipping the two-host gloo test: " << why;
   TempDir dir;

@@ -7,27 +7,16 @@
 
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/conv.h"
+#include "kernels/conv_test_support.h"
 #include "gradmesh/kernels/gemm.h"
 
 namespace gradmesh::kernels {
 namespace {
 
-std::vector<float> random_values(int64_t n, uint64_t step) {
-  const CounterRng rng(23, RngPurpose::kTest, step);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0f * rng.uniform(i) - 1.0f;
-  return v;
-}
-
-int64_t input_numel(const ConvGeometry& g) { return g.batch * g.in_channels * g.height * g.width; }
-int64_t output_numel(const ConvGeometry& g) { return g.batch * g.out_channels * g.out_h() * g.out_w(); }
-
-std::string describe(const ConvGeometry& g) {
-  return "N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) + " H=" + std::to_string(g.height) +
-         " W=" + std::to_string(g.width) + " OC=" + std::to_string(g.out_channels) + " K=" +
-         std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " stride=" + std::to_string(g.stride) +
-         " padding=" + std::to_string(g.padding);
-}
+using testing::describe;
+using testing::input_numel;
+using testing::output_numel;
+using testing::random_values;
 
 // Strides 1 and 2, padding 0 and 1, square and non-square kernels and images, 1x1 kernels.
 const std::vector<ConvGeometry> kGeometries = {

@@ -6,26 +6,16 @@
 
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/conv.h"
+#include "kernels/conv_test_support.h"
 #include "gradmesh/kernels/conv_winograd.h"
 
 namespace gradmesh::kernels {
 namespace {
 
-std::vector<float> random_values(int64_t n, uint64_t step) {
-  const CounterRng rng(41, RngPurpose::kTest, step);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0f * rng.uniform(i) - 1.0f;
-  return v;
-}
-
-int64_t input_numel(const ConvGeometry& g) { return g.batch * g.in_channels * g.height * g.width; }
-int64_t output_numel(const ConvGeometry& g) { return g.batch * g.out_channels * g.out_h() * g.out_w(); }
-
-std::string describe(const ConvGeometry& g) {
-  return "N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) + " H=" + std::to_string(g.height) +
-         " W=" + std::to_string(g.width) + " OC=" + std::to_string(g.out_channels) +
-         " padding=" + std::to_string(g.padding);
-}
+using testing::describe;
+using testing::input_numel;
+using testing::output_numel;
+std::vector<float> random_values(int64_t n, uint64_t step) { return testing::random_values(n, step, 41); }
 
 // 3x3 stride 1: odd and even H and W, padding 0 and 1, batch 1 and 3, a 1x1
 // output, the reference CNN's 13x13 layer, a batch of 40 13x13 images (it
