@@ -5,7 +5,13 @@ Runs each pair A B A B ... (alternating, same machine, same moment) and reports
 medians and the ratio ours / anchor. Also measures OpenBLAS sgemm in the same run
 and reports the MLP's achieved GEMM GFLOP/s at batch 512 as a fraction of it.
 
-usage: bench/engine.py [--runs N] [--anchors DIR] [--only mlp1,mlp2,cnn1,cnn2,gemm]
+The MLP's test accuracy is also compared over several seeds (--seeds N): one
+run's accuracy varies by about +-0.01 with the seed on both sides, so the
+medians over seeds 0..N-1 say more than seed 0 alone. The anchor's seed is
+changed in a temporary copy of the script (torch.manual_seed and the per-epoch
+shuffle generator).
+
+usage: bench/engine.py [--runs N] [--seeds N] [--anchors DIR] [--only mlp1,mlp2,cnn1,cnn2,gemm,seeds]
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
@@ -20,21 +26,34 @@ def run(cmd, env=None):
     return out.stdout
 
 
-def ours(kind, threads, batch=128, epochs=1):
+def ours(kind, threads, batch=128, epochs=1, seed=0):
     with tempfile.TemporaryDirectory() as tmp:
         run([GRADMESH, "train", os.path.join(ROOT, "examples", f"{kind}.toml"), "--set", f"train.threads={threads}",
              "--set", f"train.batch_size={batch}", "--set", f"train.epochs={epochs}", "--set", f"output.dir={tmp}",
-             "--set", "output.save_weights=false"], env=dict(os.environ, GRADMESH_PROGRESS="off"))
+             "--set", "output.save_weights=false", "--set", f"train.seed={seed}", "--set", "output.report=false",
+             "--set", "output.trace_steps=0"], env=dict(os.environ, GRADMESH_PROGRESS="off"))
         (run_dir,) = os.listdir(tmp)
         with open(os.path.join(tmp, run_dir, "metrics.jsonl")) as f:
             summary = [json.loads(l) for l in f if '"summary"' in l][-1]
     return summary["samples_per_s"], summary.get("test_accuracy", float("nan")), summary["gemm_gflops_per_s"]
 
 
-def torch(anchors, kind, threads):
+def torch(anchors, kind, threads, seed=0):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = run([sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3",
-               os.path.join(anchors, "torch_fmnist.py"), kind, "1", "128"], env=env)
+    script = os.path.join(anchors, "torch_fmnist.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        if seed != 0:  # the anchor hard-codes seed 0: run a copy with the seed changed
+            with open(script) as f:
+                text = f.read()
+            patched = text.replace("torch.manual_seed(0)", f"torch.manual_seed({seed})").replace(
+                "manual_seed(ep)", f"manual_seed(ep + 1000 * {seed})")
+            if "torch.manual_seed(0)" not in text or "manual_seed(ep)" not in text:
+                sys.exit("cannot set the anchor's seed: torch_fmnist.py changed")
+            script = os.path.join(tmp, "torch_fmnist.py")
+            with open(script, "w") as f:
+                f.write(patched)
+        out = run([sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3",
+                   script, kind, "1", "128"], env=env)
     m = re.search(r"samples/s=(\d+) test_acc=([0-9.]+)", out)
     if not m:
         sys.exit(f"cannot parse the anchor's output:\n{out}")
@@ -50,7 +69,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--anchors", default=os.path.join(ROOT, "..", "shared", "anchors"))
-    p.add_argument("--only", default="mlp1,mlp2,cnn1,cnn2,gemm")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--only", default="mlp1,mlp2,cnn1,cnn2,gemm,seeds")
     a = p.parse_args()
     if not os.path.exists(os.path.join(a.anchors, "torch_fmnist.py")):
         sys.exit(f"anchor scripts not found in {a.anchors} (pass --anchors DIR)")
@@ -90,6 +110,17 @@ def main():
         print("|---|---|---|---|---|")
         print(f"| MLP batch 512, 1 thread | {ach:.1f} | {peak:.1f} | {ach / peak:.2f} | >= 0.6 "
               f"{'met' if ach / peak >= 0.6 else 'MISSED'} |")
+
+    if "seeds" in wanted:
+        acc = [(ours("mlp", 1, seed=s)[1], torch(a.anchors, "mlp", 1, seed=s)[1]) for s in range(a.seeds)]
+        o = statistics.median(x[0] for x in acc)
+        t = statistics.median(x[1] for x in acc)
+        print()
+        print(f"| MLP test accuracy over seeds 0-{a.seeds - 1} | gradmesh | PyTorch | difference of medians | target |")
+        print("|---|---|---|---|---|")
+        print(f"| per seed | {', '.join(f'{x[0]:.4f}' for x in acc)} | {', '.join(f'{x[1]:.4f}' for x in acc)} | | |")
+        print(f"| median | {o:.4f} | {t:.4f} | {o - t:+.4f} | within 0.02 "
+              f"{'met' if abs(o - t) <= 0.02 else 'MISSED'} |")
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ std::vector<KeySpec> build_schema() {
     key<&TrainConfig::init_from>("init_from", "", any(), "Safetensors file with initial weights (empty = random init from train.seed)."),
 
     key<&ParallelConfig::backend>("backend", "auto", one_of({"auto", "shm", "gloo", "hier", "mpi"}), "Collective backend; auto picks mpi under mpirun, shm on one host, hier across hosts with several ranks each, else gloo."),
-    key<&ParallelConfig::bucket_mb>("bucket_mb", 4.0, above(0), "Gradient bucket size in MiB: gradients are all-reduced in buckets of about this size while backward goes on."),
+    key<&ParallelConfig::bucket_mb>("bucket_mb", 1.0, above(0), "Gradient bucket size in MiB: gradients are all-reduced in buckets of about this size while backward goes on (1 measured best on the reference CNN; bench/ddp.py --buckets)."),
     key<&ParallelConfig::first_bucket_mb>("first_bucket_mb", 1.0, above(0), "Size of the first bucket (the last layers' gradients, ready first), so communication starts early."),
     key<&ParallelConfig::comm_dtype>("comm_dtype", "f32", one_of({"f32", "bf16"}), "Element type gradients travel in; bf16 halves the traffic and is summed in float32."),
     key<&ParallelConfig::overlap>("overlap", true, any(), "Start each bucket's all-reduce as soon as its gradients are final (false: after the whole backward, for comparison)."),
