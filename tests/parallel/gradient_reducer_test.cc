@@ -81,18 +81,23 @@ ReducerRun run_reducer(int world, ReducerOptions options, bool rank1_has_no_samp
     nn::Model model(nn::build_mlp(spec), 7);
     GradientReducer reducer(model, group, options);
     for (int step = 0; step < 2; ++step) {  // twice: the reducer resets between steps
-      model.zero_grad();
-      autograd::GradReadyHook hook = reducer.begin_step();
-      if (rank1_has_no_samples && rank == 1) {
-        model.flat_grads().zero();
-      } else {
+      auto backprop = [&](const autograd::GradReadyHook& hook) {
+        model.zero_grad();
+        if (rank1_has_no_samples && rank == 1) {
+          model.flat_grads().zero();
+          return;
+        }
         std::vector<float> x(12);
         for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i + 13 * rank + step));
         autograd::Variable input(Tensor::from_vector({2, 6}, x));
         auto loss = autograd::cross_entropy(model.forward(input), {rank % 3, (rank + step) % 3}, 4.0f);
         model.backward(loss, hook);
-      }
+      };
+      // This rank's own gradients first, in a pass without the reducer: once a
+      // bucket is handed over, its all-reduce rewrites it in place at any moment.
+      backprop({});
       run.local[rank] = model.flat_grads().to_vector();
+      backprop(reducer.begin_step());
       reducer.finish_step();
       run.reduced[rank] = model.flat_grads().to_vector();
     }
