@@ -7,6 +7,8 @@
 #include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -530,8 +532,27 @@ std::shared_ptr<ProcessGroup> GlooProcessGroup::new_group(const std::vector<int>
 }  // namespace
 }  // namespace gloo_backend
 
+namespace {
+
+// Gloo writes to its TCP sockets with writev(), which cannot pass
+// MSG_NOSIGNAL: when a peer dies, the next write raises SIGPIPE, whose default
+// action kills this process before the failure can be reported ("rank 2 did
+// not arrive"). Like Python (and with it PyTorch), ignore SIGPIPE, unless the
+// program installed a handler of its own; writes then fail with EPIPE, which
+// Gloo turns into an error.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                       const ProcessGroupOptions& options) {
+  ignore_sigpipe();
   if (!store) throw_error(ErrorKind::kUsage, "gloo", "a store is required for the rendezvous");
   if (size < 1 || rank < 0 || rank >= size)
     throw_error(ErrorKind::kUsage, "gloo",
