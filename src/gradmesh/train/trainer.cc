@@ -70,11 +70,10 @@ struct LoopState {
   int64_t window_samples = 0;
   double window_start = 0;
   double last_loss = 0;            // global mean loss of the last log interval
-  std::vector<PhaseTimes> run_totals;  // every rank's times over the whole run (rank 0)
 };
 
 // Summary lines of a log interval: global loss, per-phase means, spread, straggler.
-void log_interval(LoopState& s, const Config& config, comm::ProcessGroup* group, float lr, int64_t epoch,
+void log_interval(LoopState& s, comm::ProcessGroup* group, float lr, int64_t epoch,
                   obs::JsonlWriter* metrics, RunReport* report, parallel::SlowRankDetector& detector,
                   obs::Progress& progress) {
   const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(group, s.window);
@@ -108,7 +107,6 @@ void log_interval(LoopState& s, const Config& config, comm::ProcessGroup* group,
       metrics->write(obs::JsonObject().add("type", "slow_rank").add("step", s.step).add("rank", *slow).add("message", note));
     }
   }
-  (void)config;
   s.window = PhaseTimes{};
   s.window_samples = 0;
   s.window_start = now;
@@ -199,7 +197,7 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream, std:
       // first one, this rank's share scaled by the world size estimates it.
       if (!multi_rank(world) || s.step <= tc.log_every) s.last_loss = loss * world_size;
       if (s.step % tc.log_every == 0 || s.step == total_steps)
-        log_interval(s, config, world, lr, epoch, metrics.get(), &report, detector, progress);
+        log_interval(s, world, lr, epoch, metrics.get(), &report, detector, progress);
       const double elapsed = now_seconds() - s.start - s.excluded;
       progress.update({epoch, tc.epochs, step_in_epoch, std::min(steps_per_epoch, total_steps), s.last_loss,
                        static_cast<double>(s.samples) / std::max(elapsed, 1e-9),
