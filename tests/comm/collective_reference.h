@@ -200,6 +200,31 @@ inline std::string run_case(ProcessGroup& group, const CollectiveCase& c) {
 
 // Every collective, dtype and reduce op at each count; broadcasts from the
 // first and the last rank.
+// Three rounds of: an all-reduce of `big_count` floats (large enough to be
+// queued on the communication thread), then a small all-reduce, an allgather
+// and a barrier issued right behind it, which must queue behind it rather than
+// run inline ahead of it; the last rounds find the group idle. Two ranks.
+// Returns "" or the first mismatch.
+inline std::string check_queued_then_inline_order(ProcessGroup& group, int rank, int64_t big_count) {
+  const CollectiveCase big{Collective::kAllreduce, 2, DType::kF32, big_count, ReduceOp::kSum};
+  const CollectiveCase small{Collective::kAllreduce, 2, DType::kF32, 5, ReduceOp::kMax};
+  const CollectiveCase gather{Collective::kAllgather, 2, DType::kBF16, 9};
+  for (int round = 0; round < 3; ++round) {
+    Tensor a = make_input(big, rank), b = make_input(small, rank);
+    Tensor c_in = make_input(gather, rank), c_out = make_output(gather, c_in);
+    auto w1 = launch(group, big, a, a);
+    auto w2 = launch(group, small, b, b);
+    auto w3 = launch(group, gather, c_in, c_out);
+    auto w4 = group.barrier();
+    for (auto& w : {w1, w2, w3, w4}) w->wait();
+    for (const auto& [c, out] : {std::pair{big, a}, std::pair{small, b}, std::pair{gather, c_out}}) {
+      const std::string failure = compare_output(c, rank, out);
+      if (!failure.empty()) return failure;
+    }
+  }
+  return "";
+}
+
 inline std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_t>& counts) {
   std::vector<CollectiveCase> cases;
   for (DType dtype : {DType::kF32, DType::kBF16})

@@ -168,29 +168,13 @@ TEST(GlooAllreduceChoice, RingOnlyForTwoRanksAndSmallMessages) {
 }
 
 TEST(GlooGroup, QueuedAndInlineOperationsKeepTheirOrder) {
-  // A large (queued) operation followed by small ones, which must queue behind
-  // it rather than run inline ahead of it, then small ones on an idle group.
+  // 300,001 floats are over the 1 MiB that runs inline, so that all-reduce is queued.
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
-  const CollectiveCase big{Collective::kAllreduce, 2, DType::kF32, 300'001, ReduceOp::kSum};
-  const CollectiveCase small{Collective::kAllreduce, 2, DType::kF32, 5, ReduceOp::kMax};
-  const CollectiveCase gather{Collective::kAllgather, 2, DType::kBF16, 9};
   std::vector<std::string> failures(2);
   const auto errors = testing::run_rank_threads(2, [&](int rank) {
     auto group = make_gloo_process_group(store, rank, 2, loopback());
-    for (int round = 0; round < 3; ++round) {
-      Tensor a = testing::make_input(big, rank), b = testing::make_input(small, rank);
-      Tensor c_in = testing::make_input(gather, rank), c_out = testing::make_output(gather, c_in);
-      auto w1 = testing::launch(*group, big, a, a);
-      auto w2 = testing::launch(*group, small, b, b);
-      auto w3 = testing::launch(*group, gather, c_in, c_out);
-      auto w4 = group->barrier();
-      for (auto& w : {w1, w2, w3, w4}) w->wait();
-      for (const auto& [c, out] : {std::pair{big, a}, std::pair{small, b}, std::pair{gather, c_out}}) {
-        const std::string failure = testing::compare_output(c, rank, out);
-        if (!failure.empty()) failures[rank] = failure;
-      }
-    }
+    failures[rank] = testing::check_queued_then_inline_order(*group, rank, 300'001);
   });
   EXPECT_EQ(join_errors(errors), "");
   EXPECT_EQ(join_errors(failures), "");

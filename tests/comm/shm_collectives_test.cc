@@ -53,33 +53,13 @@ TEST_P(ShmWorld, EveryCollectiveMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ShmWorld, ::testing::Values(1, 2, 3, 4));
 
 TEST(ShmGroup, QueuedAndInlineOperationsKeepTheirOrder) {
-  // A large (queued) operation followed by small ones (which must queue behind
-  // it, not overtake it inline), then small ones again on an idle group.
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
-  const int64_t queued = ShmProcessGroup::kInlineBytes / sizeof(float) + 1001;
-  const CollectiveCase big{Collective::kAllreduce, 2, DType::kF32, queued, ReduceOp::kSum};
-  const CollectiveCase small{Collective::kAllreduce, 2, DType::kF32, 5, ReduceOp::kMax};
-  const CollectiveCase gather{Collective::kAllgather, 2, DType::kBF16, 9};
   std::vector<std::string> failures(2);
   const auto errors = testing::run_rank_threads(2, [&](int rank) {
     auto group = make_shm_process_group(store, rank, 2, Millis(20'000));
-    for (int round = 0; round < 3; ++round) {
-      Tensor a = testing::make_input(big, rank), b = testing::make_input(small, rank);
-      Tensor c_in = testing::make_input(gather, rank), c_out = testing::make_output(gather, c_in);
-      auto w1 = testing::launch(*group, big, a, a);
-      auto w2 = testing::launch(*group, small, b, b);
-      auto w3 = testing::launch(*group, gather, c_in, c_out);
-      auto w4 = group->barrier();
-      w1->wait();
-      w2->wait();
-      w3->wait();
-      w4->wait();
-      for (const auto& [c, out] : {std::pair{big, a}, std::pair{small, b}, std::pair{gather, c_out}}) {
-        const std::string failure = testing::compare_output(c, rank, out);
-        if (!failure.empty()) failures[rank] = failure;
-      }
-    }
+    const int64_t queued = ShmProcessGroup::kInlineBytes / sizeof(float) + 1001;  // over the inline limit
+    failures[rank] = testing::check_queued_then_inline_order(*group, rank, queued);
   });
   EXPECT_EQ(join_errors(errors), "");
   EXPECT_EQ(join_errors(failures), "");
