@@ -6,8 +6,12 @@ alternates runs (ours, anchor, anchor, ours, ...) on 2 ranks and reports per-siz
 medians: shm against Open MPI (busbw and latency), gloo against raw Gloo's best
 algorithm at each size, and the median of the ratios within each pair of runs.
 The shm runs bind each rank to a core, as mpirun binds the MPI anchor; the gloo
-runs and the Gloo anchor are unbound. Note the machine's load (printed): on a
-shared 2-core machine single runs vary 2-3x.
+runs and the Gloo anchor are unbound. Ours run with OPENBLAS_NUM_THREADS=1: a
+gradmesh process links OpenBLAS, whose spare threads spin for ~0.1 s after
+start-up and, by keeping the CPUs awake, speed up whatever runs then; the
+anchors have no such threads. The gloo table also pairs ours with raw Gloo's
+run of the same algorithm (the JSON names it). Note the machine's load
+(printed): on a shared 2-core machine single runs vary 2-3x.
 
 usage: bench/comm.py [--runs N] [--anchors DIR] [--ranks 2] [--build DIR] [--only shm|gloo]
 """
@@ -18,8 +22,9 @@ GRADMESH = os.path.join(ROOT, "build", "gradmesh")  # --build changes it
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", GRADMESH_DEBUG="WARN")
 
 
-def run(cmd, **kw):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, timeout=600, **kw)
+def run(cmd, env=None, **kw):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env or ENV, timeout=600,
+                         **kw)
     if out.returncode != 0:
         sys.exit(f"command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-3000:]}")
     return out.stdout
@@ -27,13 +32,13 @@ def run(cmd, **kw):
 
 def ours(backend, ranks):
     out = run([GRADMESH, "launch", "--nproc-per-node", str(ranks), "--", GRADMESH, "bench", "comm",
-               "--backend", backend, "--json"])
+               "--backend", backend, "--json"], env=dict(ENV, OPENBLAS_NUM_THREADS="1"))
     rows = {}
     for line in out.splitlines():
         line = line.split(": ", 1)[-1]
         if line.startswith("{"):
             j = json.loads(line)
-            rows[j["bytes"]] = (j["time_us"], j["busbw_gbps"])
+            rows[j["bytes"]] = (j["time_us"], j["busbw_gbps"], j.get("algorithm", ""))
     return rows
 
 
@@ -53,9 +58,11 @@ def gloo_anchor(binary, ranks):
     rows = {}
     for m in re.finditer(r"^\s*(\d+) ring\s+([\d.]+)us\s+([\d.]+)GB/s \| chunked\s+([\d.]+)us\s+([\d.]+)GB/s \| hd\s+([\d.]+)us\s+([\d.]+)GB/s",
                          out, re.M):
-        times = [(float(m.group(2)), float(m.group(3))), (float(m.group(4)), float(m.group(5))),
-                 (float(m.group(6)), float(m.group(7)))]
-        rows[int(m.group(1))] = min(times)  # the best algorithm at this size
+        times = {"ring": (float(m.group(2)), float(m.group(3))),
+                 "ring-chunked": (float(m.group(4)), float(m.group(5))),
+                 "halving-doubling": (float(m.group(6)), float(m.group(7)))}
+        best = min(times.values())  # the best algorithm at this size
+        rows[int(m.group(1))] = (best[0], best[1], times)
     return rows
 
 
@@ -115,11 +122,16 @@ def compare(a, build):
                   f"{pr[b]:.2f} |")
     if g:
         pr = paired(g, gl, lambda o, a: o[0] / a[0])
-        g, gl = medians(g), medians(gl)
-        print("| bytes | gloo us | raw Gloo best us | gloo/raw time | paired gloo/raw time |")
-        print("|---|---|---|---|---|")
-        for b in sorted(set(g) & set(gl)):
-            print(f"| {b} | {g[b][0]:.1f} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} | {pr[b]:.2f} |")
+        same_runs = [{b: (a[b][2][o[b][2]][0], 0.0) for b in o if b in a and o[b][2] in a[b][2]} for o, a in zip(g, gl)]
+        pr_same = paired(g, same_runs, lambda o, a: o[0] / a[0])
+        algorithm = {b: g[0][b][2] for b in g[0]}
+        g, gl, same = medians(g), medians(gl), medians(same_runs)
+        print("| bytes | gloo us | algorithm | raw Gloo best us | gloo/raw best | paired | raw Gloo same algorithm us | "
+              "gloo/raw same | paired |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for b in sorted(set(g) & set(gl) & set(same)):
+            print(f"| {b} | {g[b][0]:.1f} | {algorithm[b]} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} | {pr[b]:.2f} | "
+                  f"{same[b][0]:.1f} | {g[b][0] / same[b][0]:.2f} | {pr_same[b]:.2f} |")
     print("ratio columns: of the medians; paired: the median over runs of the ratio within each run's pair")
     print("targets: shm busbw >= Open MPI's at 256 KB-16 MB; shm 4 KB latency <= 2x Open MPI's; "
           "gloo time <= 1.10x raw Gloo's best at every size")

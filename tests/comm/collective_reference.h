@@ -200,11 +200,12 @@ inline std::string run_case(ProcessGroup& group, const CollectiveCase& c) {
 
 // Every collective, dtype and reduce op at each count; broadcasts from the
 // first and the last rank.
-// Three rounds of: an all-reduce of `big_count` floats (large enough to be
-// queued on the communication thread), then a small all-reduce, an allgather
-// and a barrier issued right behind it, which must queue behind it rather than
-// run inline ahead of it; the last rounds find the group idle. Two ranks.
-// Returns "" or the first mismatch.
+// Three rounds of: an all-reduce of `big_count` floats queued on the
+// communication thread (large enough for shm to queue it anyway, and issued
+// with `background` so every backend does), then a small all-reduce, an
+// allgather and a barrier issued right behind it, which must queue behind it
+// rather than run inline ahead of it; the last rounds find the group idle.
+// Two ranks. Returns "" or the first mismatch.
 inline std::string check_queued_then_inline_order(ProcessGroup& group, int rank, int64_t big_count) {
   const CollectiveCase big{Collective::kAllreduce, 2, DType::kF32, big_count, ReduceOp::kSum};
   const CollectiveCase small{Collective::kAllreduce, 2, DType::kF32, 5, ReduceOp::kMax};
@@ -212,7 +213,10 @@ inline std::string check_queued_then_inline_order(ProcessGroup& group, int rank,
   for (int round = 0; round < 3; ++round) {
     Tensor a = make_input(big, rank), b = make_input(small, rank);
     Tensor c_in = make_input(gather, rank), c_out = make_output(gather, c_in);
-    auto w1 = launch(group, big, a, a);
+    AllreduceOptions queued;
+    queued.op = big.op;
+    queued.background = true;
+    auto w1 = group.allreduce(a, queued);
     auto w2 = launch(group, small, b, b);
     auto w3 = launch(group, gather, c_in, c_out);
     auto w4 = group.barrier();

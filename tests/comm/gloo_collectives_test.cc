@@ -51,7 +51,9 @@ TEST_P(GlooWorld, EveryCollectiveMatchesTheReference) {
   const int world = GetParam();
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
-  const std::vector<CollectiveCase> cases = all_cases(world, {1, 7, 1'000'003});
+  // 65,536 floats (256 KiB) is the largest all-reduce on the synchronous
+  // connections here, 65,537 the smallest on the event-loop ones.
+  const std::vector<CollectiveCase> cases = all_cases(world, {1, 7, 65'536, 65'537, 1'000'003});
   std::vector<std::string> failures(world);
   const auto errors = testing::run_rank_threads(world, [&](int rank) {
     auto group = make_gloo_process_group(store, rank, world, loopback());
@@ -167,8 +169,23 @@ TEST(GlooAllreduceChoice, RingOnlyForTwoRanksAndSmallMessages) {
   EXPECT_NE(choose_allreduce_algorithm(size_t{64} << 20, 2), AllreduceAlgorithm::kRing);
 }
 
+TEST(GlooAllreduceChoice, SynchronousOnlyWhatTheSendBufferHolds) {
+  using gloo_backend::kSyncMaxBytes;
+  using gloo_backend::runs_synchronously;
+  using gloo_backend::sync_max_bytes_for;
+  EXPECT_EQ(sync_max_bytes_for(0), gloo_backend::kSyncMaxBytesUnknownHost);
+  EXPECT_EQ(sync_max_bytes_for(212'992), kSyncMaxBytes);  // Linux's default wmem_max: 4/3 of it is 277 KiB
+  EXPECT_EQ(sync_max_bytes_for(size_t{4} << 20), kSyncMaxBytes);
+  EXPECT_EQ(sync_max_bytes_for(65'536), size_t{87'380});  // 2 x 64 KiB of buffer holds 87,380 bytes 1.5 times
+  EXPECT_TRUE(runs_synchronously(kSyncMaxBytes, AllreduceAlgorithm::kRing, kSyncMaxBytes));
+  EXPECT_TRUE(runs_synchronously(4, AllreduceAlgorithm::kHalvingDoubling, kSyncMaxBytes));
+  EXPECT_FALSE(runs_synchronously(kSyncMaxBytes + 4, AllreduceAlgorithm::kRing, kSyncMaxBytes));
+  EXPECT_FALSE(runs_synchronously(4, AllreduceAlgorithm::kRingChunked, kSyncMaxBytes));
+  EXPECT_FALSE(runs_synchronously(4, AllreduceAlgorithm::kRing, 0));
+}
+
 TEST(GlooGroup, QueuedAndInlineOperationsKeepTheirOrder) {
-  // 300,001 floats are over the 1 MiB that runs inline, so that all-reduce is queued.
+  // The 300,001-float all-reduce is issued with `background`, so it is queued.
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
   std::vector<std::string> failures(2);

@@ -161,8 +161,10 @@ TEST(GlooFailure, DestroyingAGroupWithAnOperationInFlightDoesNotHang) {
       done_future.wait_for(std::chrono::seconds(20));
       return;
     }
-    Tensor t = Tensor::full({1'000'003}, 1.0f);  // over 1 MiB: queued, not run on this thread
-    auto work = group->allreduce(t);
+    Tensor t = Tensor::full({1'000'003}, 1.0f);
+    AllreduceOptions queued;  // runs on the communication thread, not this one
+    queued.background = true;
+    auto work = group->allreduce(t, queued);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     group.reset();  // must return long before the 60 s timeout
     message = failure_of(work, Millis(5'000)).what();
@@ -171,7 +173,9 @@ TEST(GlooFailure, DestroyingAGroupWithAnOperationInFlightDoesNotHang) {
   EXPECT_TRUE(contains(message, "gloo allreduce #1 (f32 x 1000003, sum): cancelled: the group was destroyed"));
 }
 
-TEST(GlooFailure, PeerKilledMidCollective) {
+// `count` floats per all-reduce: over 256 KiB they run on the event-loop
+// connections, up to it on the synchronous ones (algorithm_choice.h).
+void expect_peer_death_named(int64_t count) {
   TempDir dir;
   constexpr int kWorld = 3;
   const std::string store_dir = dir.path();
@@ -182,7 +186,7 @@ TEST(GlooFailure, PeerKilledMidCollective) {
     struct sigaction pipe_action {};
     if (::sigaction(SIGPIPE, nullptr, &pipe_action) != 0 || pipe_action.sa_handler != SIG_IGN)
       throw std::runtime_error("SIGPIPE is not ignored after creating a gloo group");
-    Tensor t = Tensor::full({1'000'003}, 1.0f);
+    Tensor t = Tensor::full({count}, 1.0f);
     group->allreduce(t)->wait();
     if (rank == 2) {
       // Dies while its main thread is inside an all-reduce.
@@ -202,6 +206,10 @@ TEST(GlooFailure, PeerKilledMidCollective) {
     EXPECT_TRUE(contains(outcomes[rank].message, "rank 2 did not arrive"));
   }
 }
+
+TEST(GlooFailure, PeerKilledMidCollective) { expect_peer_death_named(1'000'003); }
+
+TEST(GlooFailure, PeerKilledMidSynchronousCollective) { expect_peer_death_named(1'000); }
 
 }  // namespace
 }  // namespace gradmesh::comm

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gradmesh/comm/gloo/algorithm_choice.h"
 #include "gradmesh/core/clock.h"
 
 namespace gradmesh::bench {
@@ -64,7 +65,13 @@ std::vector<CommBenchRow> bench_allreduce(comm::ProcessGroup& group, const CommB
     group.allreduce(slowest, max_op)->wait();  // report the slowest rank, as nccl-tests does
     const double seconds = slowest.data()[0];
     const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-    rows.push_back({bytes, seconds, algbw, algbw * 2.0 * (n - 1) / std::max(n, 1), bound});
+    // Named so a comparison can pair ours with the same algorithm of raw Gloo.
+    const std::string algorithm =
+        group.backend() == "gloo"
+            ? comm::gloo_backend::algorithm_name(
+                  comm::gloo_backend::choose_allreduce_algorithm(static_cast<size_t>(bytes), n))
+            : "";
+    rows.push_back({bytes, seconds, algbw, algbw * 2.0 * (n - 1) / std::max(n, 1), bound, algorithm});
   }
   return rows;
 }
@@ -88,9 +95,10 @@ std::string format_comm_json(const std::vector<CommBenchRow>& rows, const std::s
   for (const CommBenchRow& r : rows) {
     std::snprintf(line, sizeof line,
                   "{\"op\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.3f,"
-                  "\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"bound\":%s}\n",
+                  "\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"bound\":%s%s%s%s}\n",
                   backend.c_str(), world, static_cast<long long>(r.bytes), r.seconds * 1e6, r.algbw_gbps, r.busbw_gbps,
-                  r.bound ? "true" : "false");
+                  r.bound ? "true" : "false", r.algorithm.empty() ? "" : ",\"algorithm\":\"",
+                  r.algorithm.c_str(), r.algorithm.empty() ? "" : "\"");
     out += line;
   }
   return out;

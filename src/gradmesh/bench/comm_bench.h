@@ -28,6 +28,7 @@ struct CommBenchRow {
   double seconds;  // per all-reduce, slowest rank
   double algbw_gbps, busbw_gbps;
   bool bound = false;  // the ranks were bound to cores (bind_shm_ranks)
+  std::string algorithm;  // the gloo backend only: which of Gloo's all-reduces ran ("" otherwise)
 };
 
 // Collective: every rank of `group` calls it with the same options.

@@ -1,5 +1,7 @@
 #include "gradmesh/comm/gloo/algorithm_choice.h"
 
+#include <algorithm>
+
 namespace gradmesh::comm::gloo_backend {
 namespace {
 
@@ -28,15 +30,29 @@ namespace {
 //   2 MB      1437    1343    1129*       32 MB    27841   23252*  24279
 //   4 MB      2959    3165    2062*       64 MB    48597   42685*  47032
 //
-// Reading: for 2 ranks ring wins to 1 MB (the 1 MB cell is a tie), halving-
-// doubling from 2 MB to 8 MB, ring-chunked and halving-doubling are within
-// noise of each other from 16 MB, where chunked wins more often. With 3-4
-// ranks (on 2 cores: contention more than network) ring would win below
-// ~64 KB but is ruled out for its rank-dependent rounding (see the header);
-// halving-doubling wins to 4 MB and chunked above 8 MB on 4 ranks, while on
-// 3 ranks halving-doubling stays ahead by 3-11%. Noise on this machine is
-// +-20% between runs, so these are the stable patterns, not exact points.
-constexpr size_t kRingMaxBytes = size_t{1} << 20;             // 2 ranks only
+// A second session, 2 ranks only (same script, 15 runs):
+//
+//   bytes     raw median of runs:  ring  chunked    hd | fastest round:  ring  chunked    hd
+//   256 KB                          302     375    290*|                  148     288    226
+//   1 MB                            861     1085   867 |                  612     682    535*
+//   4 MB                           4648     4197  3292*|                 3261    2649   2290*
+//   16 MB                         17640    14778* 14785|                14813   12181  11722*
+//
+// and 12 runs of the anchor alone, median of each run's time at 1 MB: ring
+// 1094 us, halving-doubling 958 us, the faster of the three in each run
+// 900 us (ring is bimodal there: 660 us or 1.5-2.2 ms).
+//
+// Reading: for 2 ranks ring wins to 512 KB. At 1 MB ring and halving-doubling
+// tie on medians, but ring's slow mode is more frequent, so halving-doubling
+// takes 1 MB and wins outright from 2 MB to 8 MB; ring-chunked and halving-
+// doubling are within noise of each other from 16 MB, where chunked wins more
+// often. With 3-4 ranks (on 2 cores: contention more than network) ring would
+// win below ~64 KB but is ruled out for its rank-dependent rounding (see the
+// header); halving-doubling wins to 4 MB and chunked above 8 MB on 4 ranks,
+// while on 3 ranks halving-doubling stays ahead by 3-11%. Noise on this
+// machine is +-20% between runs, so these are the stable patterns, not exact
+// points.
+constexpr size_t kRingMaxBytes = size_t{512} << 10;           // 2 ranks only
 constexpr size_t kHalvingDoublingMaxBytes = size_t{8} << 20;  // then ring-chunked
 
 }  // namespace
@@ -54,6 +70,15 @@ AllreduceAlgorithm choose_allreduce_algorithm(size_t bytes, int ranks) {
   if (ranks == 2 && bytes <= kRingMaxBytes) return AllreduceAlgorithm::kRing;
   if (bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRingChunked;
+}
+
+bool runs_synchronously(size_t bytes, AllreduceAlgorithm algorithm, size_t sync_max_bytes) {
+  return bytes <= sync_max_bytes && algorithm != AllreduceAlgorithm::kRingChunked;
+}
+
+size_t sync_max_bytes_for(size_t wmem_max) {
+  if (wmem_max == 0) return kSyncMaxBytesUnknownHost;
+  return std::min(kSyncMaxBytes, wmem_max / 3 * 4);
 }
 
 }  // namespace gradmesh::comm::gloo_backend

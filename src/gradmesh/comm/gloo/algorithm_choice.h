@@ -39,4 +39,42 @@ const char* algorithm_name(AllreduceAlgorithm algorithm);  // "ring", "ring-chun
 // The algorithm for an all-reduce of `bytes` bytes (float32) among `ranks` ranks.
 AllreduceAlgorithm choose_allreduce_algorithm(size_t bytes, int ranks);
 
+// Whether an all-reduce of `bytes` bytes with `algorithm` runs over the
+// group's second set of connections, the ones in Gloo's synchronous mode,
+// given the group's agreed `sync_max_bytes` (sync_max_bytes_for()).
+//
+// In its default (asynchronous) mode a Gloo pair is read by the device's
+// event-loop thread, which then wakes the waiting caller: every message costs
+// two thread wake-ups. In synchronous mode the caller reads and writes the
+// socket itself, with blocking calls. Measured with the shared anchor on 2
+// ranks over loopback (4 alternating runs, microseconds per all-reduce):
+//
+//   bytes      ring async  sync  | halving-doubling async  sync
+//   4 KB           87-142  35-38 |                  157-292  63-85
+//   64 KB         121-166  72-79 |                  184-272 111-138
+//   256 KB        235-333  94-118|                  290-343 128-148
+//   1 MB          691-784 380-425|                  572-728 429-456
+//
+// The catch: a blocking write returns only once the kernel has taken every
+// byte, and both ranks write before they read, so a message larger than
+// what the socket buffers hold deadlocks the pair (seen at 64 MB with
+// wmem_max at 4 MiB: both writes block until the timeout). Gloo sizes each socket's send buffer to the message it sends,
+// capped at the kernel's net.core.wmem_max, and the kernel doubles that. A
+// synchronous message is sent only if that buffer holds it 1.5 times over
+// (room for the kernel's per-packet accounting overhead, small with
+// segmentation offload, up to about half the payload for MSS-sized
+// packets), so its write completes whatever the receiver does:
+// 2 x min(M, wmem_max) >= 1.5 M, i.e. M <= 4/3 wmem_max. The default
+// wmem_max (208 KiB) allows 277 KiB.
+// Ring-chunked keeps several sends in flight and is never run synchronously.
+bool runs_synchronously(size_t bytes, AllreduceAlgorithm algorithm, size_t sync_max_bytes);
+
+// This host's limit for synchronous all-reduces: kSyncMaxBytes, or less when
+// `wmem_max` (net.core.wmem_max, 0 if unknown) is small. Every rank must use
+// the same limit, so the group agrees on the smallest over its hosts.
+size_t sync_max_bytes_for(size_t wmem_max);
+
+inline constexpr size_t kSyncMaxBytes = size_t{256} << 10;
+inline constexpr size_t kSyncMaxBytesUnknownHost = size_t{64} << 10;  // wmem_max unreadable
+
 }  // namespace gradmesh::comm::gloo_backend

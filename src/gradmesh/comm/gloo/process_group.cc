@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -41,11 +43,13 @@ using Clock = std::chrono::steady_clock;
 // Gloo's own timeouts fire this much after ours, so the watchdog, which knows
 // which operation expired, normally reports first.
 constexpr Millis kGlooBackstop{1000};
-// Collectives of at most this many bytes, issued while none is queued or
-// running, run on the caller's thread: the hand-off to the communication
-// thread and back costs ~50 us on 2 busy cores (measured with
-// bench/gloo_crossover.sh), half of a 4 KB all-reduce over loopback.
-constexpr size_t kInlineBytes = size_t{1} << 20;
+// A collective issued while none is queued or running runs on the caller's
+// thread, whatever its size: the caller is about to wait for it (code that
+// computes meanwhile sets CollectiveOptions::background). The hand-off to the
+// communication thread and back costs ~50 us on 2 busy cores (measured with
+// bench/gloo_crossover.sh), half of a 4 KB all-reduce over loopback, and more
+// than that for large messages: a 4 MB all-reduce on 2 ranks took a median
+// 4.19 ms queued against 3.87 ms inline (8 alternating runs each).
 // How long a healthy group waits at destruction for its peers (say_goodbye()).
 constexpr Millis kGoodbyeWait{5000};
 
@@ -94,11 +98,16 @@ class GlooProcessGroup final : public ProcessGroup {
   std::string rank_text(int rank) const;
   std::string ranks_text(const std::vector<int>& ranks) const;
   void check_tensor(const Tensor& tensor, const char* op) const;
-  std::shared_ptr<Work> submit(const std::string& name, const std::string& details, size_t bytes,
+  std::shared_ptr<Work> submit(const std::string& name, const std::string& details,
                                const CollectiveOptions& options, std::function<void(const Op&)> body);
   void run_collective(const Op& op, const std::function<void(const Op&)>& body);
   [[noreturn]] void fail(const Op& op, std::exception_ptr error, bool expired);
   void say_goodbye();
+  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const std::shared_ptr<Store>& store);
+  // The largest all-reduce every host can run synchronously (the smallest of their limits).
+  size_t agree_on_sync_max_bytes();
+  // Shuts down every connection of both meshes: pending waits fail here and on the peers.
+  void shut_down_meshes();
   void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce);
   std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, int tag,
                                        const CollectiveOptions& options);
@@ -110,8 +119,10 @@ class GlooProcessGroup final : public ProcessGroup {
   const ProcessGroupOptions options_;
   const std::vector<int> global_ranks_;  // rank in this group -> rank in the top-level group
   std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;  // null when size_ == 1
-  std::unique_ptr<AllreduceCache> cache_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;       // null when size_ == 1
+  std::shared_ptr<gloo::rendezvous::Context> sync_context_;  // the same peers in synchronous mode; null when size_ == 1
+  std::unique_ptr<AllreduceCache> cache_, sync_cache_;
+  size_t sync_max_bytes_ = 0;  // all-reduces up to this size run on sync_context_
   // Used by one collective at a time (queued, or inline while none is queued):
   std::vector<float> staging_;  // BF16 all-reduce in float32
   std::vector<float> scratch_;  // reduce-scatter partial sums
@@ -139,29 +150,76 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
       global_ranks_(std::move(global_ranks)),
       device_(std::move(device)),
       queue_("gloo group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")") {
-  watchdog_ = std::make_unique<OpWatchdog>([this] {
-    if (context_) shut_down_connections(*context_);
-  });
+  watchdog_ = std::make_unique<OpWatchdog>([this] { shut_down_meshes(); });
   if (size_ == 1) return;
   if (!device_) device_ = create_device(choose_listen_address(options_));
+  context_ = connect_mesh(store_);
+  cache_ = std::make_unique<AllreduceCache>(context_);
+  // The second mesh, for small all-reduces (see runs_synchronously()). Only
+  // the cached all-reduce objects use it: Gloo's unbound-buffer operations
+  // (broadcast, all-gather, barrier, send/recv) need the event loop.
+  sync_max_bytes_ = agree_on_sync_max_bytes();
+  if (sync_max_bytes_ == 0) return;
+  auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"));
+  try {
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_) sync_context->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe() + " (rank " + std::to_string(rank_) + ")",
+                "a connection closed while it was set up: " + without_source_location(e.what()));
+  }
+  sync_context_ = std::move(sync_context);
+  sync_cache_ = std::make_unique<AllreduceCache>(sync_context_);
+}
+
+std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const std::shared_ptr<Store>& store) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
   // Gloo's pairs keep this timeout for every later wait (the watchdog enforces
   // each operation's own deadline first); it also bounds connecting, which
   // Gloo waits for up to 5x this, so it stays close to the group's timeout.
   context->setTimeout(options_.timeout + kGlooBackstop);
-  GlooStoreAdapter adapter(store_, options_.timeout);
+  GlooStoreAdapter adapter(store, options_.timeout);
   try {
     context->connectFullMesh(adapter, device_);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe() + " (rank " + std::to_string(rank_) + ")",
+    throw_error(ErrorKind::kComm, "gloo rendezvous in " + store->describe() + " (rank " + std::to_string(rank_) + ")",
                 without_source_location(e.what()) +
                     "; check that the ranks can reach each other's addresses "
                     "(GRADMESH_HOSTNAME) and that no firewall blocks TCP");
   }
-  context_ = std::move(context);
-  cache_ = std::make_unique<AllreduceCache>(context_);
+  return context;
+}
+
+size_t GlooProcessGroup::agree_on_sync_max_bytes() {
+  size_t wmem_max = 0;
+  if (std::FILE* file = std::fopen("/proc/sys/net/core/wmem_max", "r")) {
+    unsigned long long value = 0;
+    if (std::fscanf(file, "%llu", &value) == 1) wmem_max = static_cast<size_t>(value);
+    std::fclose(file);
+  }
+  store_->set("sync_max_bytes/" + std::to_string(rank_), std::to_string(sync_max_bytes_for(wmem_max)));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("sync_max_bytes/" + std::to_string(r));
+  store_->wait(keys, options_.timeout);
+  size_t agreed = kSyncMaxBytes;
+  for (int r = 0; r < size_; ++r) {
+    const std::string text = store_->get(keys[static_cast<size_t>(r)], options_.timeout);
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || text[0] == '-')
+      throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
+                  "key '" + keys[static_cast<size_t>(r)] + "' holds '" + text +
+                      "', expected a byte count (is another program using this store?)");
+    agreed = std::min(agreed, static_cast<size_t>(value));
+  }
+  return agreed;
+}
+
+void GlooProcessGroup::shut_down_meshes() {
+  if (context_) shut_down_connections(*context_);
+  if (sync_context_) shut_down_connections(*sync_context_);
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
@@ -170,7 +228,7 @@ GlooProcessGroup::~GlooProcessGroup() {
     std::lock_guard<std::mutex> lock(state_mutex_);
     closing_ = true;  // no collective starts from now on
     // An operation still running would otherwise wait out its timeout.
-    if (in_flight_ && context_) shut_down_connections(*context_);
+    if (in_flight_) shut_down_meshes();
     abandoned = in_flight_ || pending_.load() > 0;
   }
   {
@@ -197,7 +255,7 @@ void GlooProcessGroup::say_goodbye() {
   // whatever the peer computes before it destroys its group.
   try {
     store_->set("bye/" + std::to_string(rank_), "");
-    if (queue_.broken() || !all_connections_open(*context_)) return;
+    if (queue_.broken() || !all_connections_open(*context_) || (sync_context_ && !all_connections_open(*sync_context_))) return;
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));
     poll_until(std::min(options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
@@ -222,12 +280,12 @@ void GlooProcessGroup::check_tensor(const Tensor& tensor, const char* op) const 
     throw_error(ErrorKind::kUsage, std::string("gloo ") + op, "the tensor is undefined; pass an allocated tensor");
 }
 
-std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const std::string& details, size_t bytes,
+std::shared_ptr<Work> GlooProcessGroup::submit(const std::string& name, const std::string& details,
                                                const CollectiveOptions& options, std::function<void(const Op&)> body) {
   std::lock_guard<std::mutex> lock(submit_mutex_);
   Op op{name + " #" + std::to_string(++seq_) + (details.empty() ? "" : " (" + details + ")"), seq_,
         effective(options.timeout)};
-  if (!options.background && bytes <= kInlineBytes && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
+  if (!options.background && pending_.load(std::memory_order_acquire) == 0 && !queue_.broken()) {
     auto work = std::make_shared<Work>(op.description);
     work->start();
     try {
@@ -272,7 +330,7 @@ void GlooProcessGroup::run_collective(const Op& op, const std::function<void(con
 
 void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired) {
   // Tell every peer now, rather than letting each wait out its own deadline.
-  if (context_) shut_down_connections(*context_);
+  shut_down_meshes();
   std::string cause;
   bool timed_out = expired;
   if (error) {
@@ -330,8 +388,9 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
   const ReduceOp gloo_op = reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce;
   for (int64_t offset = 0; offset < count; offset += AllreduceCache::kMaxCount) {
     const int64_t piece = std::min(AllreduceCache::kMaxCount, count - offset);
-    const auto algorithm = choose_allreduce_algorithm(static_cast<size_t>(piece) * sizeof(float), size_);
-    cache_->run(algorithm, values + offset, piece, gloo_op);
+    const size_t bytes = static_cast<size_t>(piece) * sizeof(float);
+    const auto algorithm = choose_allreduce_algorithm(bytes, size_);
+    (runs_synchronously(bytes, algorithm, sync_max_bytes_) ? sync_cache_ : cache_)->run(algorithm, values + offset, piece, gloo_op);
   }
   if (reduce == ReduceOp::kAvg) divide_buffer(values, count, static_cast<float>(size_));
   if (dtype == DType::kBF16) {
@@ -342,7 +401,7 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
 
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce");
-  return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), tensor.nbytes(), options,
+  return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), options,
                 [this, held = tensor, reduce = options.op](const Op&) mutable {
                   run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
                 });
@@ -353,8 +412,8 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const Broadcas
   if (options.root < 0 || options.root >= size_)
     throw_error(ErrorKind::kUsage, "gloo broadcast",
                 "root " + std::to_string(options.root) + " is not a rank of this group of " + std::to_string(size_));
-  return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), tensor.nbytes(),
-                options, [this, held = tensor, root = options.root](const Op& op) mutable {
+  return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), options,
+                [this, held = tensor, root = options.root](const Op& op) mutable {
                   if (size_ == 1 || held.nbytes() == 0) return;
                   gloo::BroadcastOptions opts(context_);
                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
@@ -371,7 +430,7 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out,
     throw_error(ErrorKind::kShape, "gloo allgather",
                 "out must hold size() x in = " + std::to_string(size_) + " x " + tensor_text(in) + ", found " +
                     tensor_text(out));
-  return submit("allgather", tensor_text(in) + " per rank", out.nbytes(), options,
+  return submit("allgather", tensor_text(in) + " per rank", options,
                 [this, source = in, held = out](const Op& op) mutable {
                   if (held.nbytes() == 0) return;
                   auto* in_bytes = static_cast<uint8_t*>(const_cast<void*>(source.raw()));
@@ -395,8 +454,8 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
     throw_error(ErrorKind::kShape, "gloo reduce_scatter",
                 "in must hold size() x out = " + std::to_string(size_) + " x " + tensor_text(out) + ", found " +
                     tensor_text(in));
-  return submit("reduce_scatter", tensor_text(out) + " per rank, " + reduce_op_name(options.op), in.nbytes(),
-                options, [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
+  return submit("reduce_scatter", tensor_text(out) + " per rank, " + reduce_op_name(options.op), options,
+                [this, source = in, held = out, reduce = options.op](const Op& op) mutable {
                   if (held.nbytes() == 0) return;
                   if (size_ == 1) {
                     std::memcpy(held.raw(), source.raw(), held.nbytes());
@@ -408,7 +467,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
 }
 
 std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
-  return submit("barrier", "", 0, options, [this](const Op& op) {
+  return submit("barrier", "", options, [this](const Op& op) {
     if (size_ == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(op.gloo_timeout());
@@ -503,7 +562,7 @@ void GlooProcessGroup::finish_point_to_point(const std::shared_ptr<Work>& work, 
                         : "lost the connection to rank " + rank_text(peer) + " (" + cause + ")";
   }
   message = "gloo " + work->description() + ": " + message;
-  if (context_) shut_down_connections(*context_);
+  shut_down_meshes();
   queue_.mark_broken(message);
   work->finish(std::make_exception_ptr(Error(timed_out ? ErrorKind::kTimeout : ErrorKind::kComm, message)));
 }

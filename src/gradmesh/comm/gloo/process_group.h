@@ -9,12 +9,16 @@
 // options.hostname, GRADMESH_HOSTNAME or MASTER_ADDR (device.h has the rules).
 //
 // Operations run one at a time in call order on the group's communication
-// thread (OpQueue), except that a collective of at most 1 MiB issued while
-// none is queued or running runs on the caller's thread and is complete when
-// the call returns (the thread hand-off would cost ~50 us, half a 4 KB
-// all-reduce; as in the shm backend, such a call blocks until the peers
-// arrive, so work meant to overlap computation sets options.background,
-// which always queues it).
+// thread (OpQueue), except that a collective issued while none is queued or
+// running runs on the caller's thread and is complete when the call returns
+// (the thread hand-off would cost ~50 us, half a 4 KB all-reduce; such a call
+// blocks until the peers arrive, so work meant to overlap computation sets
+// options.background, which always queues it).
+//
+// Connections: two meshes. Gloo's default (asynchronous) pairs carry every
+// operation but the small all-reduces, which run on a second mesh of pairs in
+// Gloo's synchronous mode, where the caller does its own socket reads and
+// writes (2-3x faster up to 256 KiB; algorithm_choice.h says why only there).
 //   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
 //                   message size (algorithm_choice.h); F32 in place with no
 //                   copy. BF16 is widened into a float32 scratch buffer,

@@ -37,6 +37,7 @@ namespace {
 // peer that late is not coming soon, and an idle rank must not burn a core.
 constexpr auto kPureSpin = std::chrono::microseconds(2);  // before yielding to a co-located peer
 constexpr auto kSpin = std::chrono::microseconds(100);
+constexpr int kPausesPerClockRead = 16;
 // The longest single sleep: bounds how late a deadline, a dead peer or an
 // abort is noticed.
 constexpr auto kMaxSleep = std::chrono::milliseconds(100);
@@ -136,9 +137,15 @@ bool wait_reached(std::span<SharedCounter* const> counters, uint32_t target, Clo
   const Clock::time_point start = Clock::now();
   const int32_t here = cpu_hint();
   for (;;) {
-    for (int i = 0; i < 64; ++i) cpu_relax();
-    pending = first_pending(counters, target);
-    if (pending < 0) return true;
+    // Look at the counters after every pause: one pause takes ~140 cycles on
+    // recent Intel cores, so checking only every 64 pauses noticed a peer up
+    // to ~3 us late (a 4 KB all-reduce took 2.3 us). Reading the clock costs
+    // more than the look, so it is read every kPausesPerClockRead pauses.
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      cpu_relax();
+      pending = first_pending(counters, target);
+      if (pending < 0) return true;
+    }
     const Clock::time_point now = Clock::now();
     if (now >= start + kSpin) break;
     if (now >= start + kPureSpin && here != 0 && counters[pending]->cpu.load(std::memory_order_relaxed) == here)
