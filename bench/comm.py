@@ -9,9 +9,10 @@ The shm runs bind each rank to a core, as mpirun binds the MPI anchor; the gloo
 runs and the Gloo anchor are unbound. Ours run with OPENBLAS_NUM_THREADS=1: a
 gradmesh process links OpenBLAS, whose spare threads spin for ~0.1 s after
 start-up and, by keeping the CPUs awake, speed up whatever runs then; the
-anchors have no such threads. The gloo table also pairs ours with raw Gloo's
-run of the same algorithm (the JSON names it). Note the machine's load
-(printed): on a shared 2-core machine single runs vary 2-3x.
+anchors have no such threads. For gloo, raw Gloo's best algorithm at a size
+is the one with the lowest median time there; the fastest of the three within
+each run is printed too, for comparison. Note the machine's load (printed): on
+a shared 2-core machine single runs vary 2-3x.
 
 usage: bench/comm.py [--runs N] [--anchors DIR] [--ranks 2] [--build DIR] [--only shm|gloo]
 """
@@ -121,20 +122,28 @@ def compare(a, build):
             print(f"| {b} | {s[b][0]:.1f} | {m[b][0]:.1f} | {s[b][1]:.2f} | {m[b][1]:.2f} | {s[b][1] / m[b][1]:.2f} | "
                   f"{pr[b]:.2f} |")
     if g:
-        pr = paired(g, gl, lambda o, a: o[0] / a[0])
-        same_runs = [{b: (a[b][2][o[b][2]][0], 0.0) for b in o if b in a and o[b][2] in a[b][2]} for o, a in zip(g, gl)]
-        pr_same = paired(g, same_runs, lambda o, a: o[0] / a[0])
-        algorithm = {b: g[0][b][2] for b in g[0]}
-        g, gl, same = medians(g), medians(gl), medians(same_runs)
-        print("| bytes | gloo us | algorithm | raw Gloo best us | gloo/raw best | paired | raw Gloo same algorithm us | "
-              "gloo/raw same | paired |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for b in sorted(set(g) & set(gl) & set(same)):
-            print(f"| {b} | {g[b][0]:.1f} | {algorithm[b]} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} | {pr[b]:.2f} | "
-                  f"{same[b][0]:.1f} | {g[b][0] / same[b][0]:.2f} | {pr_same[b]:.2f} |")
+        # Raw Gloo's best algorithm at a size is the one with the lowest median time there. The fastest of the
+        # three within each run is shown too, but it is not any one algorithm's time: where two tie within the
+        # noise, the minimum of their noisy times sits below the typical time of either (even raw Gloo's own).
+        sizes = sorted(set.intersection(*(set(r) for r in g + gl)))
+        names = ("ring", "ring-chunked", "halving-doubling")
+        by_algorithm = {b: {n: statistics.median(a[b][2][n][0] for a in gl) for n in names} for b in sizes}
+        best = {b: min(names, key=lambda n: by_algorithm[b][n]) for b in sizes}
+        best_runs = [{b: (a[b][2][best[b]][0], 0.0) for b in sizes} for a in gl]
+        pr_best = paired(g, best_runs, lambda o, a: o[0] / a[0])
+        pr_fastest = paired(g, gl, lambda o, a: o[0] / a[0])
+        algorithm = {b: g[0][b][2] for b in sizes}
+        g, gl = medians(g), medians(gl)
+        print("| bytes | gloo us | gloo algorithm | raw Gloo best algorithm | its us | gloo/raw best | paired | "
+              "raw fastest of three per run us | gloo/that | paired |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for b in sizes:
+            raw = by_algorithm[b][best[b]]
+            print(f"| {b} | {g[b][0]:.1f} | {algorithm[b]} | {best[b]} | {raw:.1f} | {g[b][0] / raw:.2f} | "
+                  f"{pr_best[b]:.2f} | {gl[b][0]:.1f} | {g[b][0] / gl[b][0]:.2f} | {pr_fastest[b]:.2f} |")
     print("ratio columns: of the medians; paired: the median over runs of the ratio within each run's pair")
     print("targets: shm busbw >= Open MPI's at 256 KB-16 MB; shm 4 KB latency <= 2x Open MPI's; "
-          "gloo time <= 1.10x raw Gloo's best at every size")
+          "gloo time <= 1.10x raw Gloo's best algorithm (lowest median) at every size")
 
 
 if __name__ == "__main__":

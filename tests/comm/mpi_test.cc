@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "gradmesh/comm/mpi/process_group.h"
 #include "gradmesh/core/bf16.h"
@@ -119,6 +121,41 @@ TEST(MpiWorker, AllCollectives) {
     EXPECT_EQ(sub, nullptr);
   }
   ASSERT_TRUE(pg->barrier({})->wait());
+}
+
+// The last rank skips all-reduce #2 until the others have timed out: their
+// errors must name it. It then arrives late, which completes the requests the
+// others abandoned, and a new group's barrier shows every rank can go on.
+TEST(MpiWorker, TimeoutNamesTheRankThatNeverArrived) {
+  if (!launched_by_mpi()) GTEST_SKIP() << "runs only under mpirun";
+  auto pg = make_mpi_process_group(Millis{30'000});
+  const int r = pg->rank(), n = pg->size();
+  Tensor t = Tensor::full({100}, 1.0f);
+  ASSERT_TRUE(pg->allreduce(t, {})->wait());
+  if (r == n - 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(4));  // past the others' 1 s timeout and 1 s census
+    EXPECT_TRUE(pg->allreduce(t, {})->wait());
+  } else {
+    AllreduceOptions quick;
+    quick.timeout = Millis{1000};
+    auto work = pg->allreduce(t, quick);
+    std::string message = "(no error)";
+    try {
+      work->wait();
+    } catch (const Error& e) {
+      message = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+    }
+    std::string arrived = n == 2 ? "rank 0 did" : "ranks 0";
+    for (int k = 1; k < n - 1; ++k) arrived += ", " + std::to_string(k);
+    if (n > 2) arrived += " did";
+    EXPECT_NE(message.find("mpi allreduce #2 (f32 x 100, sum): timed out after 1.0"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank " + std::to_string(n - 1) + " did not arrive (" + arrived + ")"), std::string::npos)
+        << message;
+    EXPECT_TRUE(pg->broken());
+  }
+  auto fresh = make_mpi_process_group(Millis{30'000});
+  EXPECT_TRUE(fresh->barrier({})->wait());
 }
 
 }  // namespace

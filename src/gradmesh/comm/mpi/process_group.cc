@@ -2,8 +2,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -67,9 +70,15 @@ class MpiProcessGroup : public ProcessGroup {
       : comm_(comm), timeout_(timeout), queue_(std::make_unique<OpQueue>("mpi process group")) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // A private communicator for the timeout census (see census()), created
+    // on the group's thread, ordered before every operation.
+    queue_->enqueue("mpi census setup", [this] { check_mpi(MPI_Comm_dup(comm_, &census_comm_), "MPI_Comm_dup"); });
   }
   ~MpiProcessGroup() override {
-    queue_.reset();  // stop the communication thread before its communicator goes away
+    const bool healthy = !queue_->broken();
+    queue_.reset();  // stop the communication thread before its communicators go away
+    // After a timeout a census message may still be in flight: leave that communicator to MPI_Finalize.
+    if (healthy && census_comm_ != MPI_COMM_NULL) MPI_Comm_free(&census_comm_);
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
@@ -87,7 +96,7 @@ class MpiProcessGroup : public ProcessGroup {
       check_mpi(MPI_Iallreduce(MPI_IN_PLACE, wide.data(), static_cast<int>(wide.numel()), MPI_FLOAT, mpi_op(options.op),
                                comm_, &request),
                 what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {tensor, wide});
       if (options.op == ReduceOp::kAvg)
         for (int64_t i = 0; i < wide.numel(); ++i) wide.data()[i] /= static_cast<float>(size_);
       if (tensor.dtype() != DType::kF32) tensor.copy_from(wide.to(DType::kBF16));
@@ -101,7 +110,7 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Request request;
       check_mpi(MPI_Ibcast(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, options.root, comm_, &request),
                 what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {tensor});
     });
   }
 
@@ -112,7 +121,7 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Request request;
       const int bytes = static_cast<int>(in.nbytes());
       check_mpi(MPI_Iallgather(in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE, comm_, &request), what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {in, out});
     });
   }
 
@@ -126,7 +135,7 @@ class MpiProcessGroup : public ProcessGroup {
       check_mpi(MPI_Ireduce_scatter_block(wide_in.data(), wide_out.data(), static_cast<int>(out.numel()), MPI_FLOAT,
                                           mpi_op(options.op), comm_, &request),
                 what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {wide_in, wide_out});
       if (options.op == ReduceOp::kAvg)
         for (int64_t i = 0; i < wide_out.numel(); ++i) wide_out.data()[i] /= static_cast<float>(size_);
       if (out.dtype() != DType::kF32) out.copy_from(wide_out.to(DType::kBF16));
@@ -138,7 +147,7 @@ class MpiProcessGroup : public ProcessGroup {
     return queue_->enqueue(what, [this, options, what] {
       MPI_Request request;
       check_mpi(MPI_Ibarrier(comm_, &request), what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {});
     });
   }
 
@@ -148,7 +157,7 @@ class MpiProcessGroup : public ProcessGroup {
     return queue_->enqueue(what, [this, tensor, dst, tag, options, what] {
       MPI_Request request;
       check_mpi(MPI_Isend(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, tag, comm_, &request), what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {tensor}, /*collective=*/false);
     });
   }
 
@@ -158,7 +167,7 @@ class MpiProcessGroup : public ProcessGroup {
     return queue_->enqueue(what, [this, tensor, src, tag, options, what]() mutable {
       MPI_Request request;
       check_mpi(MPI_Irecv(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_, &request), what);
-      complete(request, what, options.timeout);
+      complete(request, what, options.timeout, {tensor}, /*collective=*/false);
     });
   }
 
@@ -185,19 +194,71 @@ class MpiProcessGroup : public ProcessGroup {
   }
 
  private:
-  // Polls `request` until done or the deadline, backing off from spinning to short sleeps.
-  void complete(MPI_Request& request, const std::string& what, Millis timeout) {
+  // Polls `request` until done or the deadline, backing off from spinning to
+  // short sleeps. On timeout, `buffers` (what the request reads and writes)
+  // are kept alive with the group, since MPI may still complete the abandoned
+  // request; a collective's error then names the ranks that never arrived.
+  void complete(MPI_Request& request, const std::string& what, Millis timeout, std::vector<Tensor> buffers,
+                bool collective = true) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int done = 0;
     for (int polls = 0;; ++polls) {
       check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
-      if (std::chrono::steady_clock::now() > deadline)
-        throw_error(ErrorKind::kTimeout, what,
-                    "timed out after " + std::to_string(timeout.count() / 1000.0) +
-                        " s (MPI does not report which ranks are missing; check every rank's log)");
+      if (std::chrono::steady_clock::now() > deadline) {
+        abandoned_.insert(abandoned_.end(), buffers.begin(), buffers.end());
+        const std::string waited = "timed out after " + std::to_string(timeout.count() / 1000.0) + " s";
+        throw_error(ErrorKind::kTimeout, what, collective ? waited + "; " + census(what, timeout) : waited);
+      }
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 10000 ? 1000 : 50));
     }
+  }
+
+  // Which ranks reached the timed-out collective `what`. MPI cannot say, so
+  // every rank that times out tells all others which operation it waited in
+  // (over a private communicator, so nothing mixes with the job's messages)
+  // and listens for their reports for a grace period: a rank that sent the
+  // same operation arrived, one that sent nothing did not. Ranks that arrived
+  // time out within the skew of their arrivals, which the grace covers.
+  std::string census(const std::string& what, Millis timeout) {
+    if (census_comm_ == MPI_COMM_NULL) return "MPI cannot tell which ranks are missing; check every rank's log";
+    census_sent_ = std::hash<std::string>{}(what);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MPI_Request request;
+      if (MPI_Isend(&census_sent_, 1, MPI_UINT64_T, peer, kCensusTag, census_comm_, &request) == MPI_SUCCESS)
+        MPI_Request_free(&request);  // an 8-byte message: sent eagerly, its buffer is a member
+    }
+    std::vector<bool> reached(static_cast<size_t>(size_), false);
+    reached[static_cast<size_t>(rank_)] = true;
+    int arrived = 1;
+    const auto grace = std::chrono::steady_clock::now() + std::min<Millis>(timeout, kCensusGrace);
+    while (arrived < size_ && std::chrono::steady_clock::now() < grace) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kCensusTag, census_comm_, &flag, &status) != MPI_SUCCESS) break;
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      uint64_t report = 0;
+      MPI_Recv(&report, 1, MPI_UINT64_T, status.MPI_SOURCE, kCensusTag, census_comm_, MPI_STATUS_IGNORE);
+      if (report == census_sent_ && !reached[static_cast<size_t>(status.MPI_SOURCE)]) {
+        reached[static_cast<size_t>(status.MPI_SOURCE)] = true;
+        ++arrived;
+      }
+    }
+    std::vector<int> missing, present;
+    for (int r = 0; r < size_; ++r) (reached[static_cast<size_t>(r)] ? present : missing).push_back(r);
+    if (missing.empty()) return "every rank reached this operation, so MPI itself failed to complete it";
+    return ranks_text(missing) + " did not arrive (" + ranks_text(present) + " did): check whether " +
+           (missing.size() == 1 ? "it" : "they") + " exited (see its log), hung, or issued different collectives";
+  }
+
+  static std::string ranks_text(const std::vector<int>& ranks) {
+    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+    return text;
   }
 
   void check_root(int r, const char* op) const {
@@ -213,7 +274,13 @@ class MpiProcessGroup : public ProcessGroup {
                       " elements of the same dtype, got " + std::to_string(whole.numel()));
   }
 
+  static constexpr int kCensusTag = 7001;
+  static constexpr Millis kCensusGrace{3000};
+
   MPI_Comm comm_;
+  MPI_Comm census_comm_ = MPI_COMM_NULL;  // a duplicate of comm_, for census() only
+  uint64_t census_sent_ = 0;              // what census() sent (MPI reads it after the call returns)
+  std::vector<Tensor> abandoned_;         // buffers of timed-out requests MPI may still touch
   Millis timeout_;
   int rank_ = 0, size_ = 1;
   int64_t seq_ = 0;

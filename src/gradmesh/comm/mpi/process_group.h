@@ -3,8 +3,10 @@
 // MPI chooses its own transports (shared memory inside a host, TCP or a fast
 // fabric between hosts), so this backend is a thin, ordered, time-limited
 // wrapper: each operation is a non-blocking MPI call polled until done or
-// until its deadline. MPI cannot say which ranks are missing, so a timeout
-// names the operation and sequence number and says so.
+// until its deadline. MPI cannot say which ranks are missing, so on a timeout
+// the ranks that arrived tell each other so over a private communicator, and
+// the error names the operation, its sequence number and the ranks that did
+// not report (census() in the .cc).
 #pragma once
 
 #include <memory>
