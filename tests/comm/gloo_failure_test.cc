@@ -63,6 +63,47 @@ TEST(GlooFailure, RendezvousNamesTheRankThatNeverArrived) {
   }
 }
 
+// Another program's value under a key the group reads: a store that returns
+// garbage for the peers' synchronous limits ("sync_max_bytes/<rank>").
+class GarbledLimitStore final : public Store {
+ public:
+  explicit GarbledLimitStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+  std::string get(const std::string& key, Millis timeout) override {
+    const std::string value = inner_->get(key, timeout);
+    return key.find("sync_max_bytes/") != std::string::npos ? "lots" : value;
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override {
+    return inner_->compare_set(key, expected, desired);
+  }
+  void wait(const std::vector<std::string>& keys, Millis timeout) override { inner_->wait(keys, timeout); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  bool remove(const std::string& key) override { return inner_->remove(key); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+TEST(GlooFailure, MalformedLimitInTheStoreNamesTheKey) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::vector<std::string> messages(2);
+  testing::run_rank_threads(2, [&](int rank) {
+    try {
+      // Rank 0 reads garbage; rank 1 then waits for it in vain and times out.
+      std::shared_ptr<Store> own = store;
+      if (rank == 0) own = std::make_shared<GarbledLimitStore>(store);
+      make_gloo_process_group(own, rank, 2, loopback(Millis(1'000)));
+    } catch (const Error& e) {
+      messages[rank] = e.what();
+    }
+  });
+  EXPECT_TRUE(contains(messages[0], "key 'sync_max_bytes/0' holds 'lots', expected a byte count")) << messages[0];
+  EXPECT_FALSE(messages[1].empty()) << "rank 1 must fail, not hang";
+}
+
 TEST(GlooFailure, CollectiveNamesTheRankThatNeverArrived) {
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
