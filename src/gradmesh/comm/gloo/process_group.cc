@@ -12,13 +12,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "gradmesh/comm/arrival_report.h"
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/comm/gloo/algorithm_choice.h"
 #include "gradmesh/comm/gloo/allreduce_cache.h"
@@ -96,7 +97,6 @@ class GlooProcessGroup final : public ProcessGroup {
   // kDefaultTimeout (an option left alone) means the group's timeout.
   Millis effective(Millis timeout) const { return timeout == kDefaultTimeout ? options_.timeout : timeout; }
   std::string rank_text(int rank) const;
-  std::string ranks_text(const std::vector<int>& ranks) const;
   void check_tensor(const Tensor& tensor, const char* op) const;
   std::shared_ptr<Work> submit(const std::string& name, const std::string& details,
                                const CollectiveOptions& options, std::function<void(const Op&)> body);
@@ -206,13 +206,13 @@ size_t GlooProcessGroup::agree_on_sync_max_bytes() {
   size_t agreed = kSyncMaxBytes;
   for (int r = 0; r < size_; ++r) {
     const std::string text = store_->get(keys[static_cast<size_t>(r)], options_.timeout);
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || text[0] == '-')
+    size_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc() || end != text.data() + text.size())
       throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
                   "key '" + keys[static_cast<size_t>(r)] + "' holds '" + text +
                       "', expected a byte count (is another program using this store?)");
-    agreed = std::min(agreed, static_cast<size_t>(value));
+    agreed = std::min(agreed, value);
   }
   return agreed;
 }
@@ -267,12 +267,6 @@ void GlooProcessGroup::say_goodbye() {
 std::string GlooProcessGroup::rank_text(int rank) const {
   const int global = global_ranks_[static_cast<size_t>(rank)];
   return std::to_string(rank) + (global == rank ? "" : " (global rank " + std::to_string(global) + ")");
-}
-
-std::string GlooProcessGroup::ranks_text(const std::vector<int>& ranks) const {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + rank_text(ranks[i]);
-  return text;
 }
 
 void GlooProcessGroup::check_tensor(const Tensor& tensor, const char* op) const {
@@ -363,9 +357,7 @@ void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired
   std::string message =
       timed_out ? "timed out after " + duration_text(op.timeout) : "lost the connection to a peer (" + cause + ")";
   if (census.available && !census.missing.empty()) {
-    message += "; " + ranks_text(census.missing) + " did not arrive (" + ranks_text(census.reached) + " did)";
-    message += ": check whether " + std::string(census.missing.size() == 1 ? "it" : "they") +
-               " exited (see its log), hung, or issued different collectives";
+    message += "; " + arrival_report(census.missing, census.reached, [this](int r) { return rank_text(r); });
   } else if (census.available) {
     message += "; every rank reached this operation, so the connection between them failed";
   }

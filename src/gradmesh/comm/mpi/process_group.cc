@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gradmesh/comm/arrival_report.h"
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
@@ -251,14 +252,7 @@ class MpiProcessGroup : public ProcessGroup {
     std::vector<int> missing, present;
     for (int r = 0; r < size_; ++r) (reached[static_cast<size_t>(r)] ? present : missing).push_back(r);
     if (missing.empty()) return "every rank reached this operation, so MPI itself failed to complete it";
-    return ranks_text(missing) + " did not arrive (" + ranks_text(present) + " did): check whether " +
-           (missing.size() == 1 ? "it" : "they") + " exited (see its log), hung, or issued different collectives";
-  }
-
-  static std::string ranks_text(const std::vector<int>& ranks) {
-    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-    return text;
+    return arrival_report(missing, present, [](int r) { return std::to_string(r); });
   }
 
   void check_root(int r, const char* op) const {
