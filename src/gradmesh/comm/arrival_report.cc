@@ -8,8 +8,10 @@ std::string ranks_list(const std::vector<int>& ranks, const RankName& name) {
   return text;
 }
 
-std::string arrival_report(const std::vector<int>& missing, const std::vector<int>& arrived, const RankName& name) {
-  return ranks_list(missing, name) + " did not arrive (" + ranks_list(arrived, name) + " did): check whether " +
+std::string arrival_report(const std::vector<int>& missing, const std::vector<int>& arrived, const RankName& name,
+                           const std::string& also) {
+  return ranks_list(missing, name) + " did not arrive (" + ranks_list(arrived, name) + " did" +
+         (also.empty() ? "" : "; " + also) + "): check whether " +
          (missing.size() == 1 ? "it" : "they") + " exited (see its log), hung, or issued different collectives";
 }
 

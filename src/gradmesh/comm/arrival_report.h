@@ -17,7 +17,10 @@ using RankName = std::function<std::string(int)>;
 // "rank 3" or "ranks 0, 1, 4".
 std::string ranks_list(const std::vector<int>& ranks, const RankName& name);
 
-// REQUIRES: `missing` is not empty.
-std::string arrival_report(const std::vector<int>& missing, const std::vector<int>& arrived, const RankName& name);
+// REQUIRES: `missing` is not empty. `also`, when not empty, is added inside
+// the parentheses after the arrived ranks (gloo: "rank 1 failed earlier, in
+// #6").
+std::string arrival_report(const std::vector<int>& missing, const std::vector<int>& arrived, const RankName& name,
+                           const std::string& also = "");
 
 }  // namespace gradmesh::comm

@@ -356,10 +356,17 @@ void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired
   timed_out = timed_out || census.any_timed_out;
   std::string message =
       timed_out ? "timed out after " + duration_text(op.timeout) : "lost the connection to a peer (" + cause + ")";
+  const RankName name = [this](int r) { return rank_text(r); };
+  std::string earlier;  // "rank 1 failed earlier, in #6": it had not finished the previous operation
+  for (const auto& [r, seq] : census.earlier) {
+    earlier += (earlier.empty() ? "" : "; ") + ranks_list({r}, name) + " failed earlier, in #" + std::to_string(seq);
+  }
   if (census.available && !census.missing.empty()) {
-    message += "; " + arrival_report(census.missing, census.reached, [this](int r) { return rank_text(r); });
-  } else if (census.available) {
+    message += "; " + arrival_report(census.missing, census.reached, name, earlier);
+  } else if (census.available && earlier.empty()) {
     message += "; every rank reached this operation, so the connection between them failed";
+  } else if (census.available) {
+    message += "; no rank is missing (" + earlier + "), so the connection between them failed";
   }
   if (timed_out && !cause.empty() && !expired) message += " [" + cause + "]";
   message = "gloo " + op.description + ": " + message;
