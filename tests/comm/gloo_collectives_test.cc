@@ -51,8 +51,10 @@ TEST_P(GlooWorld, EveryCollectiveMatchesTheReference) {
   const int world = GetParam();
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
-  // 65,536 floats (256 KiB) is the largest all-reduce on the synchronous
-  // connections here, 65,537 the smallest on the event-loop ones.
+  // 65,536 floats (256 KiB) is the largest all-reduce run whole on the
+  // synchronous connections here; 65,537 runs as a full 256 KiB piece and a
+  // piece of one float, 1,000,003 as 15 full pieces and a ragged one
+  // (loopback: every peer is on this host, allreduce_piece_bytes()).
   const std::vector<CollectiveCase> cases = all_cases(world, {1, 7, 65'536, 65'537, 1'000'003});
   std::vector<std::string> failures(world);
   const auto errors = testing::run_rank_threads(world, [&](int rank) {
@@ -182,6 +184,30 @@ TEST(GlooAllreduceChoice, SynchronousOnlyWhatTheSendBufferHolds) {
   EXPECT_FALSE(runs_synchronously(kSyncMaxBytes + 4, AllreduceAlgorithm::kRing, kSyncMaxBytes));
   EXPECT_FALSE(runs_synchronously(4, AllreduceAlgorithm::kRingChunked, kSyncMaxBytes));
   EXPECT_FALSE(runs_synchronously(4, AllreduceAlgorithm::kRing, 0));
+}
+
+TEST(GlooAllreduceChoice, PiecesOnlyOnOneHostAndAboveTheSynchronousLimit) {
+  using gloo_backend::allreduce_piece_bytes;
+  using gloo_backend::kSyncMaxBytes;
+  EXPECT_EQ(allreduce_piece_bytes(size_t{4} << 20, true, kSyncMaxBytes), kSyncMaxBytes);
+  EXPECT_EQ(allreduce_piece_bytes(kSyncMaxBytes + 4, true, kSyncMaxBytes), kSyncMaxBytes);
+  EXPECT_EQ(allreduce_piece_bytes(kSyncMaxBytes, true, kSyncMaxBytes), 0u);  // runs whole, synchronously
+  EXPECT_EQ(allreduce_piece_bytes(size_t{4} << 20, false, kSyncMaxBytes), 0u);  // across hosts: whole
+  EXPECT_EQ(allreduce_piece_bytes(size_t{4} << 20, true, 0), 0u);  // no synchronous connections
+  EXPECT_EQ(allreduce_piece_bytes(size_t{4} << 20, true, 4096), 0u);  // pieces too small to pay off
+  EXPECT_EQ(allreduce_piece_bytes(size_t{4} << 20, true, 87'380), 87'380u);
+}
+
+TEST(GlooGroup, LoopbackPeersAreOnThisHost) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::vector<std::string> plans(2);
+  const auto errors = testing::run_rank_threads(2, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, 2, loopback());
+    plans[rank] = group->allreduce_algorithm(size_t{4} << 20);
+  });
+  EXPECT_EQ(join_errors(errors), "");
+  for (const std::string& plan : plans) EXPECT_NE(plan.find(" KiB pieces"), std::string::npos) << plan;
 }
 
 TEST(GlooGroup, QueuedAndInlineOperationsKeepTheirOrder) {

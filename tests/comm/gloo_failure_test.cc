@@ -64,14 +64,16 @@ TEST(GlooFailure, RendezvousNamesTheRankThatNeverArrived) {
 }
 
 // Another program's value under a key the group reads: a store that returns
-// garbage for the peers' synchronous limits ("sync_max_bytes/<rank>").
-class GarbledLimitStore final : public Store {
+// "lots" for every key containing `garbled` (such as the peers' synchronous
+// limits, "sync_max_bytes/<rank>").
+class GarbledStore final : public Store {
  public:
-  explicit GarbledLimitStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  GarbledStore(std::shared_ptr<Store> inner, std::string garbled)
+      : inner_(std::move(inner)), garbled_(std::move(garbled)) {}
   void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
   std::string get(const std::string& key, Millis timeout) override {
     const std::string value = inner_->get(key, timeout);
-    return key.find("sync_max_bytes/") != std::string::npos ? "lots" : value;
+    return key.find(garbled_) != std::string::npos ? "lots" : value;
   }
   int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
   std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override {
@@ -84,9 +86,11 @@ class GarbledLimitStore final : public Store {
 
  private:
   std::shared_ptr<Store> inner_;
+  std::string garbled_;
 };
 
-TEST(GlooFailure, MalformedLimitInTheStoreNamesTheKey) {
+// Rank 0 reads "lots" for the keys containing `garbled`; returns both ranks' errors.
+std::vector<std::string> messages_with_garbled(const std::string& garbled) {
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
   std::vector<std::string> messages(2);
@@ -94,13 +98,24 @@ TEST(GlooFailure, MalformedLimitInTheStoreNamesTheKey) {
     try {
       // Rank 0 reads garbage; rank 1 then waits for it in vain and times out.
       std::shared_ptr<Store> own = store;
-      if (rank == 0) own = std::make_shared<GarbledLimitStore>(store);
+      if (rank == 0) own = std::make_shared<GarbledStore>(store, garbled);
       make_gloo_process_group(own, rank, 2, loopback(Millis(1'000)));
     } catch (const Error& e) {
       messages[rank] = e.what();
     }
   });
+  return messages;
+}
+
+TEST(GlooFailure, MalformedLimitInTheStoreNamesTheKey) {
+  const auto messages = messages_with_garbled("sync_max_bytes/");
   EXPECT_TRUE(contains(messages[0], "key 'sync_max_bytes/0' holds 'lots', expected a byte count")) << messages[0];
+  EXPECT_FALSE(messages[1].empty()) << "rank 1 must fail, not hang";
+}
+
+TEST(GlooFailure, MalformedHostAgreementInTheStoreNamesTheKey) {
+  const auto messages = messages_with_garbled("peers_on_this_host/");
+  EXPECT_TRUE(contains(messages[0], "key 'peers_on_this_host/0' holds 'lots', expected 0 or 1")) << messages[0];
   EXPECT_FALSE(messages[1].empty()) << "rank 1 must fail, not hang";
 }
 

@@ -62,6 +62,9 @@ TEST(GlooNetns, CollectivesBetweenTwoNamespaces) {
         {Collective::kAllgather, 2, DType::kBF16, 1'000'003},
         {Collective::kReduceScatter, 2, DType::kF32, 7, ReduceOp::kMax},
     };
+    // Across hosts large all-reduces run whole (algorithm_choice.h).
+    const std::string plan = group->allreduce_algorithm(size_t{4} << 20);
+    if (plan != "halving-doubling") throw std::runtime_error("a 4 MB all-reduce between hosts would run as " + plan);
     for (const CollectiveCase& c : cases) {
       const std::string failure = testing::run_case(*group, c);
       if (!failure.empty()) throw std::runtime_error(failure);

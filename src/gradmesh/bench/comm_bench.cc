@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <vector>
 
-#include "gradmesh/comm/gloo/algorithm_choice.h"
 #include "gradmesh/core/clock.h"
 
 namespace gradmesh::bench {
@@ -66,11 +65,7 @@ std::vector<CommBenchRow> bench_allreduce(comm::ProcessGroup& group, const CommB
     const double seconds = slowest.data()[0];
     const double algbw = static_cast<double>(bytes) / seconds / 1e9;
     // Named so a comparison can pair ours with the same algorithm of raw Gloo.
-    const std::string algorithm =
-        group.backend() == "gloo"
-            ? comm::gloo_backend::algorithm_name(
-                  comm::gloo_backend::choose_allreduce_algorithm(static_cast<size_t>(bytes), n))
-            : "";
+    const std::string algorithm = group.allreduce_algorithm(static_cast<size_t>(bytes));
     rows.push_back({bytes, seconds, algbw, algbw * 2.0 * (n - 1) / std::max(n, 1), bound, algorithm});
   }
   return rows;

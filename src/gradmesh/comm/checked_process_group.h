@@ -58,6 +58,7 @@ class CheckedProcessGroup final : public ProcessGroup {
   // The sub-group comes back checked as well.
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
   bool broken() const override;
+  std::string allreduce_algorithm(size_t bytes) const override { return inner_->allreduce_algorithm(bytes); }
 
   const std::shared_ptr<ProcessGroup>& inner() const { return inner_; }
 

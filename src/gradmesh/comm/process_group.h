@@ -67,6 +67,14 @@ class ProcessGroup {
 
   // True once an operation failed: the group cannot be used any more.
   virtual bool broken() const = 0;
+
+  // How an all-reduce of `bytes` bytes of float32 would run, for benchmarks and
+  // logs ("ring", "halving-doubling", "ring in 256 KiB pieces"); empty for a
+  // backend with a single method.
+  virtual std::string allreduce_algorithm(size_t bytes) const {
+    (void)bytes;
+    return "";
+  }
 };
 
 struct ProcessGroupOptions {

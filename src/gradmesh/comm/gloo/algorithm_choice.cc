@@ -54,6 +54,7 @@ namespace {
 // points.
 constexpr size_t kRingMaxBytes = size_t{512} << 10;           // 2 ranks only
 constexpr size_t kHalvingDoublingMaxBytes = size_t{8} << 20;  // then ring-chunked
+constexpr size_t kMinPieceBytes = size_t{64} << 10;
 
 }  // namespace
 
@@ -70,6 +71,12 @@ AllreduceAlgorithm choose_allreduce_algorithm(size_t bytes, int ranks) {
   if (ranks == 2 && bytes <= kRingMaxBytes) return AllreduceAlgorithm::kRing;
   if (bytes <= kHalvingDoublingMaxBytes) return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kRingChunked;
+}
+
+size_t allreduce_piece_bytes(size_t bytes, bool peers_on_this_host, size_t sync_max_bytes) {
+  // Pieces far below the measured 256 KiB would pay a round per few KiB.
+  if (!peers_on_this_host || sync_max_bytes < kMinPieceBytes || bytes <= sync_max_bytes) return 0;
+  return sync_max_bytes;
 }
 
 bool runs_synchronously(size_t bytes, AllreduceAlgorithm algorithm, size_t sync_max_bytes) {

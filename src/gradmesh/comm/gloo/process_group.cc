@@ -79,6 +79,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) override;
   std::shared_ptr<Work> recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) override;
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
+  std::string allreduce_algorithm(size_t bytes) const override;
 
  private:
   struct Op {
@@ -106,6 +107,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const std::shared_ptr<Store>& store);
   // The largest all-reduce every host can run synchronously (the smallest of their limits).
   size_t agree_on_sync_max_bytes();
+  // Whether `mine` holds on every rank (each publishes it under "<name>/<rank>").
+  bool every_rank_agrees(const std::string& name, bool mine);
   // Shuts down every connection of both meshes: pending waits fail here and on the peers.
   void shut_down_meshes();
   void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce);
@@ -123,6 +126,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<gloo::rendezvous::Context> sync_context_;  // the same peers in synchronous mode; null when size_ == 1
   std::unique_ptr<AllreduceCache> cache_, sync_cache_;
   size_t sync_max_bytes_ = 0;  // all-reduces up to this size run on sync_context_
+  bool peers_on_this_host_ = false;  // every rank agreed all its connections run over loopback
   // Used by one collective at a time (queued, or inline while none is queued):
   std::vector<float> staging_;  // BF16 all-reduce in float32
   std::vector<float> scratch_;  // reduce-scatter partial sums
@@ -160,6 +164,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   // (broadcast, all-gather, barrier, send/recv) need the event loop.
   sync_max_bytes_ = agree_on_sync_max_bytes();
   if (sync_max_bytes_ == 0) return;
+  peers_on_this_host_ = every_rank_agrees("peers_on_this_host", all_peers_on_this_host(*context_));
   auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"));
   try {
     for (int peer = 0; peer < size_; ++peer)
@@ -215,6 +220,22 @@ size_t GlooProcessGroup::agree_on_sync_max_bytes() {
     agreed = std::min(agreed, value);
   }
   return agreed;
+}
+
+bool GlooProcessGroup::every_rank_agrees(const std::string& name, bool mine) {
+  store_->set(name + "/" + std::to_string(rank_), mine ? "1" : "0");
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(name + "/" + std::to_string(r));
+  store_->wait(keys, options_.timeout);
+  bool all = true;
+  for (const std::string& key : keys) {
+    const std::string text = store_->get(key, options_.timeout);
+    if (text != "0" && text != "1")
+      throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
+                  "key '" + key + "' holds '" + text + "', expected 0 or 1 (is another program using this store?)");
+    all = all && text == "1";
+  }
+  return all;
 }
 
 void GlooProcessGroup::shut_down_meshes() {
@@ -385,8 +406,11 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
     values = staging_.data();
   }
   const ReduceOp gloo_op = reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce;
-  for (int64_t offset = 0; offset < count; offset += AllreduceCache::kMaxCount) {
-    const int64_t piece = std::min(AllreduceCache::kMaxCount, count - offset);
+  const size_t piece_bytes =
+      allreduce_piece_bytes(static_cast<size_t>(count) * sizeof(float), peers_on_this_host_, sync_max_bytes_);
+  const int64_t step = piece_bytes ? static_cast<int64_t>(piece_bytes / sizeof(float)) : AllreduceCache::kMaxCount;
+  for (int64_t offset = 0; offset < count; offset += step) {
+    const int64_t piece = std::min(step, count - offset);
     const size_t bytes = static_cast<size_t>(piece) * sizeof(float);
     const auto algorithm = choose_allreduce_algorithm(bytes, size_);
     (runs_synchronously(bytes, algorithm, sync_max_bytes_) ? sync_cache_ : cache_)->run(algorithm, values + offset, piece, gloo_op);
@@ -396,6 +420,13 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
     uint16_t* dst = static_cast<uint16_t*>(data);
     for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bf16(staging_[static_cast<size_t>(i)]);
   }
+}
+
+std::string GlooProcessGroup::allreduce_algorithm(size_t bytes) const {
+  const size_t piece_bytes = allreduce_piece_bytes(bytes, peers_on_this_host_, sync_max_bytes_);
+  if (piece_bytes == 0) return algorithm_name(choose_allreduce_algorithm(bytes, size_));
+  return std::string(algorithm_name(choose_allreduce_algorithm(piece_bytes, size_))) + " in " +
+         std::to_string(piece_bytes >> 10) + " KiB pieces";
 }
 
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {

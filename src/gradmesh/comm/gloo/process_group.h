@@ -19,6 +19,8 @@
 // operation but the small all-reduces, which run on a second mesh of pairs in
 // Gloo's synchronous mode, where the caller does its own socket reads and
 // writes (2-3x faster up to 256 KiB; algorithm_choice.h says why only there).
+// When every rank runs on this host, larger all-reduces run there too, as
+// consecutive 256 KiB pieces (allreduce_piece_bytes()).
 //   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
 //                   message size (algorithm_choice.h); F32 in place with no
 //                   copy. BF16 is widened into a float32 scratch buffer,

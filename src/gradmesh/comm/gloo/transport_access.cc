@@ -25,6 +25,16 @@ class BufferAccess : public gloo::transport::Buffer {
   static void set_ptr(gloo::transport::Buffer& buffer, void* ptr) { buffer.*(&BufferAccess::ptr_) = ptr; }
 };
 
+bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET)
+    return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr == reinterpret_cast<const sockaddr_in&>(b).sin_addr.s_addr;
+  if (a.ss_family == AF_INET6)
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6&>(b).sin6_addr, sizeof(in6_addr)) == 0;
+  return false;
+}
+
 bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET) {
@@ -103,6 +113,18 @@ bool all_connections_open(gloo::Context& context) {
     if (::poll(&probe, 1, 0) > 0 && (probe.revents & (POLLRDHUP | POLLHUP | POLLERR))) ++hung_up;
   });
   return found == context.size - 1 && hung_up == 0;
+}
+
+bool all_peers_on_this_host(gloo::Context& context) {
+  int local = 0;
+  const int found = for_each_pair_socket(context, [&](int fd) {
+    sockaddr_storage mine{}, theirs{};
+    socklen_t mine_length = sizeof mine, their_length = sizeof theirs;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_length) == 0 &&
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &their_length) == 0 && same_ip(mine, theirs))
+      ++local;
+  });
+  return found == context.size - 1 && local == found;
 }
 
 }  // namespace gradmesh::comm::gloo_backend

@@ -48,4 +48,9 @@ void shut_down_connections(gloo::Context& context);
 // Whether the connection to every peer is still open (none closed or reset by the peer).
 bool all_connections_open(gloo::Context& context);
 
+// Whether every peer's connection has the same IP address at both ends, so the
+// kernel carries it over loopback, not a network: the peers run on this host
+// (in this network namespace). False if any connection cannot be inspected.
+bool all_peers_on_this_host(gloo::Context& context);
+
 }  // namespace gradmesh::comm::gloo_backend
