@@ -17,7 +17,7 @@ namespace {
 
 using TempDir = gradmesh::testing::TempDir;
 
-std::vector<int> ranks_of(const std::vector<StillEarlier>& earlier) {
+std::vector<int> ranks_of(const std::vector<FailedEarlier>& earlier) {
   std::vector<int> ranks;
   for (const auto& e : earlier) ranks.push_back(e.rank);
   return ranks;

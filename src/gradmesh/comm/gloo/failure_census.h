@@ -30,17 +30,17 @@
 
 namespace gradmesh::comm::gloo_backend {
 
-struct StillEarlier {
+struct FailedEarlier {
   int rank = 0;
   int64_t seq = 0;  // the earlier operation it failed in
 };
 
 struct CensusResult {
-  bool available = false;            // false: the store failed; nothing is known
-  std::vector<int> reached;          // ranks that reached the collective (failed in it or later), this one included
-  std::vector<StillEarlier> earlier;  // ranks that failed in an earlier operation, before reaching this one
-  std::vector<int> missing;          // ranks with no record after the grace period
-  bool any_timed_out = false;        // some rank that reached it saw a timeout (not only closed connections)
+  bool available = false;              // false: the store failed; nothing is known
+  std::vector<int> reached;            // ranks that reached the collective (failed in it or later), this one included
+  std::vector<FailedEarlier> earlier;  // ranks that failed in an earlier operation, before reaching this one
+  std::vector<int> missing;            // ranks with no record after the grace period
+  bool any_timed_out = false;          // some rank that reached it saw a timeout (not only closed connections)
 };
 
 // The grace period for a collective with `timeout`: long enough for every

@@ -105,10 +105,10 @@ class GlooProcessGroup final : public ProcessGroup {
   [[noreturn]] void fail(const Op& op, std::exception_ptr error, bool expired);
   void say_goodbye();
   std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const std::shared_ptr<Store>& store);
-  // The largest all-reduce every host can run synchronously (the smallest of their limits).
-  size_t agree_on_sync_max_bytes();
-  // Whether `mine` holds on every rank (each publishes it under "<name>/<rank>").
-  bool every_rank_agrees(const std::string& name, bool mine);
+  // Agrees with every rank on how all-reduces use the synchronous mesh:
+  // sync_max_bytes_, the smallest of the hosts' limits, and
+  // peers_on_this_host_, true if every rank sees only loopback connections.
+  void agree_on_synchronous_use();
   // Shuts down every connection of both meshes: pending waits fail here and on the peers.
   void shut_down_meshes();
   void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce);
@@ -162,9 +162,8 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   // The second mesh, for small all-reduces (see runs_synchronously()). Only
   // the cached all-reduce objects use it: Gloo's unbound-buffer operations
   // (broadcast, all-gather, barrier, send/recv) need the event loop.
-  sync_max_bytes_ = agree_on_sync_max_bytes();
+  agree_on_synchronous_use();
   if (sync_max_bytes_ == 0) return;
-  peers_on_this_host_ = every_rank_agrees("peers_on_this_host", all_peers_on_this_host(*context_));
   auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"));
   try {
     for (int peer = 0; peer < size_; ++peer)
@@ -197,45 +196,41 @@ std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const 
   return context;
 }
 
-size_t GlooProcessGroup::agree_on_sync_max_bytes() {
+void GlooProcessGroup::agree_on_synchronous_use() {
   size_t wmem_max = 0;
   if (std::FILE* file = std::fopen("/proc/sys/net/core/wmem_max", "r")) {
     unsigned long long value = 0;
     if (std::fscanf(file, "%llu", &value) == 1) wmem_max = static_cast<size_t>(value);
     std::fclose(file);
   }
-  store_->set("sync_max_bytes/" + std::to_string(rank_), std::to_string(sync_max_bytes_for(wmem_max)));
+  // Both published before waiting for either, so the agreement costs one store round trip.
+  const auto key = [](const char* name, int rank) { return std::string(name) + "/" + std::to_string(rank); };
+  store_->set(key("sync_max_bytes", rank_), std::to_string(sync_max_bytes_for(wmem_max)));
+  store_->set(key("peers_on_this_host", rank_), all_peers_on_this_host(*context_) ? "1" : "0");
   std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back("sync_max_bytes/" + std::to_string(r));
-  store_->wait(keys, options_.timeout);
-  size_t agreed = kSyncMaxBytes;
   for (int r = 0; r < size_; ++r) {
-    const std::string text = store_->get(keys[static_cast<size_t>(r)], options_.timeout);
-    size_t value = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || error != std::errc() || end != text.data() + text.size())
-      throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
-                  "key '" + keys[static_cast<size_t>(r)] + "' holds '" + text +
-                      "', expected a byte count (is another program using this store?)");
-    agreed = std::min(agreed, value);
+    keys.push_back(key("sync_max_bytes", r));
+    keys.push_back(key("peers_on_this_host", r));
   }
-  return agreed;
-}
-
-bool GlooProcessGroup::every_rank_agrees(const std::string& name, bool mine) {
-  store_->set(name + "/" + std::to_string(rank_), mine ? "1" : "0");
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(name + "/" + std::to_string(r));
   store_->wait(keys, options_.timeout);
-  bool all = true;
-  for (const std::string& key : keys) {
-    const std::string text = store_->get(key, options_.timeout);
-    if (text != "0" && text != "1")
-      throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
-                  "key '" + key + "' holds '" + text + "', expected 0 or 1 (is another program using this store?)");
-    all = all && text == "1";
+  const auto malformed = [&](const std::string& name, const std::string& text, const char* expected) {
+    throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
+                "key '" + name + "' holds '" + text + "', expected " + expected +
+                    " (is another program using this store?)");
+  };
+  sync_max_bytes_ = kSyncMaxBytes;
+  peers_on_this_host_ = true;
+  for (int r = 0; r < size_; ++r) {
+    const std::string limit = store_->get(key("sync_max_bytes", r), options_.timeout);
+    size_t value = 0;
+    const auto [end, error] = std::from_chars(limit.data(), limit.data() + limit.size(), value);
+    if (limit.empty() || error != std::errc() || end != limit.data() + limit.size())
+      malformed(key("sync_max_bytes", r), limit, "a byte count");
+    sync_max_bytes_ = std::min(sync_max_bytes_, value);
+    const std::string local = store_->get(key("peers_on_this_host", r), options_.timeout);
+    if (local != "0" && local != "1") malformed(key("peers_on_this_host", r), local, "0 or 1");
+    peers_on_this_host_ = peers_on_this_host_ && local == "1";
   }
-  return all;
 }
 
 void GlooProcessGroup::shut_down_meshes() {
