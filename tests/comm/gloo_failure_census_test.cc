@@ -79,7 +79,8 @@ TEST(GlooFailureCensus, RecordsParseOnlyInTheirOwnForm) {
   EXPECT_TRUE(parse_census_record("0 failed", &seq, &timed_out));
   EXPECT_EQ(seq, 0);
   EXPECT_FALSE(timed_out);
-  for (const char* bad : {"", "12", "12 ", " timeout", "-1 failed", "12 lost", "1x failed", "12 failed ", "12  failed"}) {
+  for (const char* bad :
+       {"", "12", "12 ", " timeout", "-1 failed", "12 lost", "1x failed", "12 failed ", "12  failed"}) {
     EXPECT_FALSE(parse_census_record(bad, &seq, &timed_out)) << "'" << bad << "'";
   }
 }

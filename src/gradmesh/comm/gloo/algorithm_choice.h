@@ -58,12 +58,13 @@ AllreduceAlgorithm choose_allreduce_algorithm(size_t bytes, int ranks);
 // The catch: a blocking write returns only once the kernel has taken every
 // byte, and both ranks write before they read, so a message larger than
 // what the socket buffers hold deadlocks the pair (seen at 64 MB with
-// wmem_max at 4 MiB: both writes block until the timeout). Gloo sizes each socket's send buffer to the message it sends,
-// capped at the kernel's net.core.wmem_max, and the kernel doubles that. A
-// synchronous message is sent only if that buffer holds it 1.5 times over
-// (room for the kernel's per-packet accounting overhead, small with
-// segmentation offload, up to about half the payload for MSS-sized
-// packets), so its write completes whatever the receiver does:
+// wmem_max at 4 MiB: both writes block until the timeout). Gloo sizes each
+// socket's send buffer to the message it sends, capped at the kernel's
+// net.core.wmem_max, and the kernel doubles that. A synchronous message is
+// sent only if that buffer holds it 1.5 times over (room for the kernel's
+// per-packet accounting overhead, small with segmentation offload, up to
+// about half the payload for MSS-sized packets), so its write completes
+// whatever the receiver does:
 // 2 x min(M, wmem_max) >= 1.5 M, i.e. M <= 4/3 wmem_max. The default
 // wmem_max (208 KiB) allows 277 KiB.
 // Ring-chunked keeps several sends in flight and is never run synchronously.

@@ -159,9 +159,10 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (!device_) device_ = create_device(choose_listen_address(options_));
   context_ = connect_mesh(store_);
   cache_ = std::make_unique<AllreduceCache>(context_);
-  // The second mesh, for small all-reduces (see runs_synchronously()). Only
-  // the cached all-reduce objects use it: Gloo's unbound-buffer operations
-  // (broadcast, all-gather, barrier, send/recv) need the event loop.
+  // The second mesh, for small all-reduces (runs_synchronously()) and, when
+  // every rank is on this host, large ones in pieces (allreduce_piece_bytes()).
+  // Only the cached all-reduce objects use it: Gloo's unbound-buffer
+  // operations (broadcast, all-gather, barrier, send/recv) need the event loop.
   agree_on_synchronous_use();
   if (sync_max_bytes_ == 0) return;
   auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"));
@@ -271,7 +272,8 @@ void GlooProcessGroup::say_goodbye() {
   // whatever the peer computes before it destroys its group.
   try {
     store_->set("bye/" + std::to_string(rank_), "");
-    if (queue_.broken() || !all_connections_open(*context_) || (sync_context_ && !all_connections_open(*sync_context_))) return;
+    const bool connected = all_connections_open(*context_) && (!sync_context_ || all_connections_open(*sync_context_));
+    if (queue_.broken() || !connected) return;
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));
     poll_until(std::min(options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
@@ -408,7 +410,8 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
     const int64_t piece = std::min(step, count - offset);
     const size_t bytes = static_cast<size_t>(piece) * sizeof(float);
     const auto algorithm = choose_allreduce_algorithm(bytes, size_);
-    (runs_synchronously(bytes, algorithm, sync_max_bytes_) ? sync_cache_ : cache_)->run(algorithm, values + offset, piece, gloo_op);
+    AllreduceCache& cache = runs_synchronously(bytes, algorithm, sync_max_bytes_) ? *sync_cache_ : *cache_;
+    cache.run(algorithm, values + offset, piece, gloo_op);
   }
   if (reduce == ReduceOp::kAvg) divide_buffer(values, count, static_cast<float>(size_));
   if (dtype == DType::kBF16) {

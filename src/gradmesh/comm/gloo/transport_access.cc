@@ -27,27 +27,26 @@ class BufferAccess : public gloo::transport::Buffer {
 
 bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET)
-    return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr == reinterpret_cast<const sockaddr_in&>(b).sin_addr.s_addr;
-  if (a.ss_family == AF_INET6)
-    return std::memcmp(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr,
-                       &reinterpret_cast<const sockaddr_in6&>(b).sin6_addr, sizeof(in6_addr)) == 0;
-  return false;
-}
-
-bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET) {
     const auto& x = reinterpret_cast<const sockaddr_in&>(a);
     const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+    return x.sin_addr.s_addr == y.sin_addr.s_addr;
   }
   if (a.ss_family == AF_INET6) {
     const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
     const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
+    return std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
   }
   return false;
+}
+
+in_port_t port_of(const sockaddr_storage& address) {
+  return address.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(address).sin6_port
+                                       : reinterpret_cast<const sockaddr_in&>(address).sin_port;
+}
+
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  return same_ip(a, b) && port_of(a) == port_of(b);
 }
 
 // A connected (not listening) TCP socket whose local address is one of `locals`.
