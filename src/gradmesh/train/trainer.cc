@@ -40,16 +40,6 @@ void save_weights(nn::Model& model, const std::string& path, const Config& confi
                                 config.output.weights_dtype == "BF16" ? DType::kBF16 : DType::kF32);
 }
 
-parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
-  parallel::ReducerOptions o;
-  o.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.bucket_mb * 1024 * 1024));
-  o.first_bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.first_bucket_mb * 1024 * 1024));
-  o.bf16 = c.comm_dtype == "bf16";
-  o.overlap = c.overlap;
-  o.timeout = comm::Millis(static_cast<int64_t>(c.timeout_s * 1000));
-  return o;
-}
-
 // Mean over ranks of one phase's time per step, in milliseconds.
 double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
   double sum = 0;
@@ -135,9 +125,8 @@ TrainSummary run_training(const Config& config, std::FILE* progress_stream, std:
   loader_options.rank = rank;
   loader_options.world = world_size;
   data::BatchLoader loader(prepared.train_set, loader_options);
-  const int64_t steps_per_epoch = loader.steps_per_epoch();
-  int64_t total_steps = steps_per_epoch * tc.epochs;
-  if (tc.max_steps > 0) total_steps = std::min(total_steps, tc.max_steps);
+  const int64_t steps_per_epoch = prepared.steps.steps_per_epoch;
+  const int64_t total_steps = prepared.steps.total_steps;
 
   optim::ScheduleOptions schedule{config.schedule.kind, config.schedule.warmup_steps, config.schedule.step_size,
                                   static_cast<float>(config.schedule.gamma), total_steps,
