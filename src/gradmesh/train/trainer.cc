@@ -64,10 +64,6 @@ double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
   return sum / static_cast<double>(ranks.size()) * 1e3;
 }
 
-std::string rank_label(const comm::ProcessGroup* group) {
-  return multi_rank(group) ? "rank " + std::to_string(group->rank()) + ": " : "";
-}
-
 // What a rank knows about the step loop so far; rank 0 turns it into metrics,
 // progress and the report.
 struct LoopState {
@@ -207,11 +203,8 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   if (traced) trace_->span("compute", "data", data_start, data_end);
   const float lr = optim::lr_at(schedule_, base_lr_, s_.step);
   nn::forward_context().step = static_cast<uint64_t>(s_.step);
-  const double loss = runner_->run(batch, lr, s_.window, traced ? trace_.get() : nullptr);
+  const double loss = runner_->run(batch, lr, s_.step, s_.window, traced ? trace_.get() : nullptr);
   if (traced) trace_->span("compute", "step " + std::to_string(s_.step), data_start, now_seconds());
-  if (!std::isfinite(loss))
-    throw_error(ErrorKind::kInternal, rank_label(world_) + "step " + std::to_string(s_.step),
-                "the loss is not finite; lower optim.lr or enable optim.clip_grad_norm");
   ++s_.step;
   s_.samples += batch.global_batch_len;
   s_.window_samples += batch.global_batch_len;
