@@ -1,6 +1,7 @@
 // The gradmesh executable, run as a user runs it: help, exit codes, errors.
 #include <gtest/gtest.h>
 
+#include "data/idx_files.h"
 #include "run_command.h"
 
 namespace gradmesh::testing {
@@ -59,6 +60,54 @@ TEST(Cli, MalformedDatasetIsAClearError) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("train-images-idx3-ubyte.gz"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+// A data directory in Fashion-MNIST's layout holding `count` 4x4 images with
+// the given labels (cycled), and a config that trains a tiny MLP on it.
+void write_tiny_dataset(const TempDir& dir, int count, const std::vector<uint8_t>& labels) {
+  std::filesystem::create_directory(dir.file("data"));
+  data::testing::Bytes pixels(static_cast<size_t>(count) * 16);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 37);
+  data::testing::Bytes label_bytes(static_cast<size_t>(count));
+  for (size_t i = 0; i < label_bytes.size(); ++i) label_bytes[i] = labels[i % labels.size()];
+  const uint32_t n = static_cast<uint32_t>(count);
+  data::testing::write_gz(dir.file("data/train-images-idx3-ubyte.gz"), data::testing::idx_bytes(0x08, {n, 4, 4}, pixels));
+  data::testing::write_gz(dir.file("data/train-labels-idx1-ubyte.gz"), data::testing::idx_bytes(0x08, {n}, label_bytes));
+  dir.write("tiny.toml", "[model]\nhidden = [8]\n[data]\ndir = \"" + dir.file("data") +
+                             "\"\n[train]\nbatch_size = 16\nmax_steps = 2\neval_every_epoch = false\n"
+                             "[output]\ndir = \"runs\"\n");
+}
+
+TEST(Cli, LabelsOutsideModelClassesAreAnErrorNamingTheFirstOne) {
+  TempDir dir;
+  std::vector<uint8_t> high(56);
+  for (size_t i = 0; i < high.size(); ++i) high[i] = static_cast<uint8_t>(200 + i);  // 200..255
+  write_tiny_dataset(dir, 64, high);
+  CommandResult r = run_gradmesh("train tiny.toml", dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find(dir.file("data/train-labels-idx1-ubyte.gz") +
+                       ": label 0 is 200, outside [0, 10) (model.classes = 10)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs"))) << "nothing may be written for a rejected data set";
+  // The class count is the config's to declare: 256 classes fit these labels.
+  r = run_gradmesh("train tiny.toml --set model.classes=256", dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("trained 2 steps"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ARunThatWouldTrainNothingIsAConfigError) {
+  TempDir dir;
+  write_tiny_dataset(dir, 200, {0, 1, 2, 3});
+  CommandResult r = run_gradmesh(
+      "train tiny.toml --set data.limit_train=100 --set train.batch_size=128 --set data.drop_last=true", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("train.batch_size: the run would train 0 steps: 100 training samples (data.limit_train = 100) "
+                       "do not fill one global batch of 128 and data.drop_last = true drops the short batch"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("trained 0 steps"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs"))) << "a run of 0 steps must leave nothing behind";
 }
 
 TEST(Cli, MalformedWeightsAreAClearError) {

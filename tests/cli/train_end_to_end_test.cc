@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel/trained_weights.h"
 #include "run_command.h"
 
 namespace gradmesh::testing {
@@ -88,14 +89,28 @@ TEST(EndToEnd, InitFromLoadsWeightsAndRejectsMismatches) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
   TempDir dir;
   const std::string quick = " --set data.limit_train=512 --set train.max_steps=2 --set train.eval_every_epoch=false";
-  CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=a" + quick,
-                                 dir.path());
+  // Run a starts from seed 1, so its weights are nowhere near seed 0's initial ones.
+  CommandResult r = run_gradmesh(
+      "train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=a --set train.seed=1" + quick, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // One step at a negligible rate leaves the starting weights as they were
+  // (to ~1e-12), so the saved weights show where a run started.
+  const std::string one_tiny_step = " --set train.max_steps=1 --set optim.lr=1e-12";
   r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=b "
-                   "--init-from runs/a/model.safetensors" + quick,
+                   "--init-from runs/a/model.safetensors" + quick + one_tiny_step,
                    dir.path());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(read_text(dir.file("runs/b/config.toml")).find("runs/a/model.safetensors"), std::string::npos);
+  r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=random" + quick +
+                       one_tiny_step,
+                   dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> init = weights_of(dir.file("runs/a/model.safetensors"));
+  const std::vector<float> loaded = weights_of(dir.file("runs/b/model.safetensors"));
+  const std::vector<float> random = weights_of(dir.file("runs/random/model.safetensors"));
+  ASSERT_EQ(loaded.size(), init.size());
+  EXPECT_LE(relative_difference(loaded, init), 1e-6) << "run b did not start from runs/a/model.safetensors";
+  EXPECT_GT(relative_difference(loaded, random), 0.1) << "run b looks like a random init";
   r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=c --set model.hidden=[256] "
                    "--set train.init_from=runs/a/model.safetensors" + quick,
                    dir.path());

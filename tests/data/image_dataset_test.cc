@@ -33,7 +33,7 @@ TEST(LoadImageDataset, ThreeDimensionalImagesAreOneChannel) {
   EXPECT_EQ(ds.width, 2);
   EXPECT_EQ(ds.sample_numel(), 4);
   EXPECT_EQ(ds.labels, (std::vector<int32_t>{4, 0, 2}));
-  EXPECT_EQ(ds.num_classes, 5);
+  EXPECT_EQ(ds.num_classes, 10);  // declared (LabelSpace's default), not the largest label + 1
   ASSERT_EQ(ds.pixels.size(), 12u);
   EXPECT_FLOAT_EQ(ds.pixels[0], 0.0f);
   EXPECT_FLOAT_EQ(ds.pixels[1], 1.0f);
@@ -51,11 +51,11 @@ TEST(LoadImageDataset, FourDimensionalImagesAndNormalization) {
   norm.scale = 0.5f;
   norm.mean = 4.0f;
   norm.std = 2.0f;
-  const ImageDataset ds = load_image_dataset(dir.file("img"), dir.file("lbl"), norm);
+  const ImageDataset ds = load_image_dataset(dir.file("img"), dir.file("lbl"), norm, LabelSpace{3, "classes"});
   EXPECT_EQ(ds.channels, 3);
   EXPECT_EQ(ds.height, 2);
   EXPECT_EQ(ds.width, 2);
-  EXPECT_EQ(ds.num_classes, 2);
+  EXPECT_EQ(ds.num_classes, 3);
   for (size_t i = 0; i < payload.size(); ++i) EXPECT_FLOAT_EQ(ds.pixels[i], (payload[i] * 0.5f - 4.0f) / 2.0f) << i;
 }
 
@@ -77,6 +77,26 @@ TEST(LoadImageDataset, RejectsWrongRanks) {
   write_file(dir.file("lbl2"), idx_bytes(0x08, {3, 1}, {0, 1, 2}));
   expect_error([&] { load_image_dataset(dir.file("img"), dir.file("lbl2")); }, ErrorKind::kFormat, dir.file("lbl2"),
                {"one-dimensional", "3x1"});
+}
+
+// A labels file holding 200..255 must not become a 256-class problem.
+TEST(LoadImageDataset, LabelsOutsideTheDeclaredClassesAreRejected) {
+  ScratchDir dir;
+  Bytes pixels(8 * 2 * 2, 7);
+  write_file(dir.file("img"), idx_bytes(0x08, {8, 2, 2}, pixels));
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_bytes(0x08, {8}, {3, 9, 0, 1, 2, 200, 255, 201}));
+  const LabelSpace ten{10, "model.classes"};
+  expect_error([&] { load_image_dataset(dir.file("img"), dir.file("train-labels-idx1-ubyte.gz"), {}, ten); },
+               ErrorKind::kFormat, dir.file("train-labels-idx1-ubyte.gz"),
+               {"label 5 is 200, outside [0, 10) (model.classes = 10)"});
+  // The bound is exclusive and comes from the declared count alone.
+  write_file(dir.file("lbl"), idx_bytes(0x08, {8}, {0, 1, 2, 3, 4, 3, 2, 1}));
+  const LabelSpace four{4, "model.classes"};
+  expect_error([&] { load_image_dataset(dir.file("img"), dir.file("lbl"), {}, four); }, ErrorKind::kFormat,
+               dir.file("lbl"), {"label 4 is 4, outside [0, 4) (model.classes = 4)"});
+  const ImageDataset five = load_image_dataset(dir.file("img"), dir.file("lbl"), {}, LabelSpace{5, "model.classes"});
+  EXPECT_EQ(five.num_classes, 5);
+  EXPECT_EQ(five.labels[4], 4);
 }
 
 TEST(LoadImageDataset, ReadErrorsCarryThePath) {

@@ -85,12 +85,14 @@ ReducerRun run_reducer(int world, ReducerOptions options, bool rank1_has_no_samp
         model.zero_grad();
         if (rank1_has_no_samples && rank == 1) {
           model.flat_grads().zero();
+          if (hook) reducer.set_step_loss(0);
           return;
         }
         std::vector<float> x(12);
         for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i + 13 * rank + step));
         autograd::Variable input(Tensor::from_vector({2, 6}, x));
         auto loss = autograd::cross_entropy(model.forward(input), {rank % 3, (rank + step) % 3}, 4.0f);
+        if (hook) reducer.set_step_loss(loss.value().item());
         model.backward(loss, hook);
       };
       // This rank's own gradients first, in a pass without the reducer: once a
@@ -99,6 +101,7 @@ ReducerRun run_reducer(int world, ReducerOptions options, bool rank1_has_no_samp
       run.local[rank] = model.flat_grads().to_vector();
       backprop(reducer.begin_step());
       reducer.finish_step();
+      EXPECT_TRUE(reducer.step_finite()) << "rank " << rank;
       run.reduced[rank] = model.flat_grads().to_vector();
     }
   });
@@ -153,6 +156,97 @@ TEST(GradientReducer, ARankWithoutSamplesContributesZero) {
   const ReducerRun run = run_reducer(2, ReducerOptions{}, /*rank1_has_no_samples=*/true);
   expect_sums(run, 1e-6);
   for (float g : run.local[1]) EXPECT_EQ(g, 0.0f);
+}
+
+// Losses that are not finite: one rank's verdict reaches every rank through
+// the gradient sum, before anyone could apply the step, and the losses
+// gathered afterwards name the rank.
+struct VerdictRun {
+  std::vector<std::vector<int>> finite;             // [step][rank]; not vector<bool>: ranks write concurrently
+  std::vector<std::vector<std::vector<float>>> gathered;  // [step][rank]: gather_step_losses()
+};
+
+VerdictRun run_verdicts(ReducerOptions options, const std::vector<std::vector<double>>& losses_per_step) {
+  const int world = static_cast<int>(losses_per_step[0].size());
+  const size_t steps = losses_per_step.size();
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<comm::FileStore>(dir.path());
+  VerdictRun run;
+  run.finite.assign(steps, std::vector<int>(world));
+  run.gathered.assign(steps, std::vector<std::vector<float>>(world));
+  const auto errors = comm::testing::run_rank_threads(world, [&](int rank) {
+    auto group = comm::make_shm_process_group(store, rank, world, comm::Millis(20'000));
+    nn::MlpSpec spec;
+    spec.in_features = 4;
+    spec.hidden = {3};
+    spec.classes = 2;
+    nn::Model model(nn::build_mlp(spec), 7);
+    GradientReducer reducer(model, group, options);
+    for (size_t step = 0; step < steps; ++step) {
+      const autograd::GradReadyHook hook = reducer.begin_step();
+      model.zero_grad();
+      autograd::Variable input(Tensor::from_vector({1, 4}, {0.5f, -1.0f, 0.25f, static_cast<float>(rank)}));
+      auto loss = autograd::cross_entropy(model.forward(input), {rank % 2}, 1.0f);
+      reducer.set_step_loss(losses_per_step[step][static_cast<size_t>(rank)]);  // what the trainer measured
+      model.backward(loss, hook);
+      reducer.finish_step();
+      run.finite[step][static_cast<size_t>(rank)] = reducer.step_finite() ? 1 : 0;
+      if (!reducer.step_finite()) run.gathered[step][static_cast<size_t>(rank)] = reducer.gather_step_losses();
+    }
+  });
+  EXPECT_EQ(comm::testing::join_errors(errors), "");
+  return run;
+}
+
+TEST(GradientReducer, ANonFiniteLossOnOneRankIsSeenByEveryRank) {
+  const double nan = std::nan(""), inf = INFINITY;
+  ReducerOptions small_buckets;
+  small_buckets.first_bucket_bytes = 8;
+  small_buckets.bucket_bytes = 16;
+  ReducerOptions serial = small_buckets;
+  serial.overlap = false;
+  ReducerOptions bf16;
+  bf16.bf16 = true;
+  for (const ReducerOptions& options : {small_buckets, serial, bf16}) {
+    SCOPED_TRACE(std::string(options.bf16 ? "bf16" : "f32") + (options.overlap ? ", overlap" : ", serial"));
+    // Step 0 fine, step 1 NaN on rank 1, step 2 fine again, step 3 inf on ranks 0 and 2.
+    const VerdictRun run = run_verdicts(options, {{0.5, 0.7, 0.6}, {0.5, nan, 0.6}, {0.4, 0.3, 0.2}, {inf, 1.0, -inf}});
+    for (int rank = 0; rank < 3; ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      EXPECT_TRUE(run.finite[0][rank]);
+      EXPECT_FALSE(run.finite[1][rank]);
+      EXPECT_TRUE(run.finite[2][rank]);
+      EXPECT_FALSE(run.finite[3][rank]);
+      const std::vector<float>& step1 = run.gathered[1][rank];
+      ASSERT_EQ(step1.size(), 3u);
+      EXPECT_FLOAT_EQ(step1[0], 0.5f);
+      EXPECT_TRUE(std::isnan(step1[1]));
+      EXPECT_FLOAT_EQ(step1[2], 0.6f);
+      const std::vector<float>& step3 = run.gathered[3][rank];
+      ASSERT_EQ(step3.size(), 3u);
+      EXPECT_EQ(step3[0], INFINITY);
+      EXPECT_FLOAT_EQ(step3[1], 1.0f);
+      EXPECT_EQ(step3[2], -INFINITY);
+    }
+  }
+}
+
+TEST(GradientReducer, TheStepLossMustBeKnownBeforeBucketZeroLeaves) {
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<comm::FileStore>(dir.path());
+  const auto errors = comm::testing::run_rank_threads(1, [&](int rank) {
+    auto group = comm::make_shm_process_group(store, rank, 1, comm::Millis(20'000));
+    nn::MlpSpec spec;
+    spec.in_features = 2;
+    spec.hidden = {};
+    spec.classes = 2;
+    nn::Model model(nn::build_mlp(spec), 7);
+    GradientReducer reducer(model, group, ReducerOptions{});
+    reducer.begin_step();
+    model.flat_grads().zero();
+    reducer.finish_step();  // no set_step_loss: a caller bug, not a silent "finite"
+  });
+  EXPECT_NE(errors[0].find("set_step_loss"), std::string::npos) << errors[0];
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ std::string read_source_file(const std::string& relative) {
 TEST(Config, EmptyFileGivesDefaults) {
   Config c = parse_config("", "empty.toml");
   EXPECT_EQ(c.model.kind, "mlp");
+  EXPECT_EQ(c.model.classes, 10);
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{512, 512}));
   EXPECT_EQ(c.model.activation, "relu");
   EXPECT_EQ(c.model.dropout, 0.0);
@@ -90,6 +91,7 @@ TEST(Config, SchemaDefaultsAreValidAndDocumented) {
 const char* kEveryKey = R"(
 [model]
 kind = "cnn"
+classes = 100
 hidden = []
 activation = "gelu"
 dropout = 0.25
@@ -148,6 +150,7 @@ weights_dtype = "BF16"
 TEST(Config, EveryKeyIsRead) {
   Config c = parse_config(kEveryKey, "every.toml");
   EXPECT_EQ(c.model.kind, "cnn");
+  EXPECT_EQ(c.model.classes, 100);
   EXPECT_TRUE(c.model.hidden.empty());
   EXPECT_EQ(c.model.activation, "gelu");
   EXPECT_EQ(c.model.dropout, 0.25);
@@ -224,7 +227,7 @@ TEST(Config, ToTomlParsesBackIdentical) {
   c.data.dir = "dir with \"quotes\", back\\slash, tab\t, newline\n, \x01 and \xc3\xa9";
   c.data.scale = 1.0 / 3.0;
   c.data.mean = -1e-300;
-  c.optim.lr = 1e300;
+  c.optim.lr = 1e-300;
   c.model.hidden = {};
   c.train.seed = 123456789012345ull;
   Config back = parse_config(config_to_toml(c), "x");
@@ -277,18 +280,53 @@ TEST(ConfigErrors, WrongType) {
 }
 
 TEST(ConfigErrors, OutOfRange) {
-  EXPECT_EQ(config_error("[optim]\nlr = -1\n"), "cfg.toml: optim.lr: expected a number > 0, got -1");
-  EXPECT_EQ(config_error("[optim]\nlr = 0.0\n"), "cfg.toml: optim.lr: expected a number > 0, got 0");
+  EXPECT_EQ(config_error("[optim]\nlr = -1\n"), "cfg.toml: optim.lr: expected a number in (0, 1000000], got -1");
+  EXPECT_EQ(config_error("[optim]\nlr = 0.0\n"), "cfg.toml: optim.lr: expected a number in (0, 1000000], got 0");
   EXPECT_EQ(config_error("[optim]\nlr = inf\n"), "cfg.toml: optim.lr: expected a finite number, got inf");
   EXPECT_EQ(config_error("[optim]\nmomentum = 1.0\n"), "cfg.toml: optim.momentum: expected a number in [0, 1), got 1");
   EXPECT_EQ(config_error("[schedule]\ngamma = 0\n"), "cfg.toml: schedule.gamma: expected a number in (0, 1], got 0");
-  EXPECT_EQ(config_error("[data]\nstd = 0\n"), "cfg.toml: data.std: expected a number > 0, got 0");
-  EXPECT_EQ(config_error("[train]\nepochs = 0\n"), "cfg.toml: train.epochs: expected an integer >= 1, got 0");
+  EXPECT_EQ(config_error("[data]\nstd = 0\n"), "cfg.toml: data.std: expected a number in (0, 1000000], got 0");
+  EXPECT_EQ(config_error("[train]\nepochs = 0\n"), "cfg.toml: train.epochs: expected an integer in [1, 1000000], got 0");
   EXPECT_EQ(config_error("[train]\nseed = -1\n"), "cfg.toml: train.seed: expected an integer >= 0, got -1");
   EXPECT_EQ(config_error("[model]\nkernel_size = 8\n"), "cfg.toml: model.kernel_size: expected an integer in [1, 7], got 8");
   EXPECT_EQ(config_error("[data]\nprefetch = 65\n"), "cfg.toml: data.prefetch: expected an integer in [1, 64], got 65");
-  EXPECT_EQ(config_error("[model]\nhidden = [512, 0]\n"), "cfg.toml: model.hidden[1]: expected an integer >= 1, got 0");
+  EXPECT_EQ(config_error("[model]\nhidden = [512, 0]\n"), "cfg.toml: model.hidden[1]: expected an integer in [1, 1048576], got 0");
   EXPECT_EQ(config_error("[model]\nchannels = []\n"), "cfg.toml: model.channels: expected at least 1 entry, got an empty array");
+}
+
+// Numbers become byte counts, milliseconds, step counts and layer sizes:
+// without an upper bound, 1e300 reached an int64 cast (undefined behaviour).
+TEST(ConfigErrors, EveryNumberHasAnUpperBound) {
+  for (const KeySpec& spec : config_schema()) {
+    if (spec.type != KeyType::kInt && spec.type != KeyType::kFloat && spec.type != KeyType::kIntList) continue;
+    if (spec.path == "train.seed") continue;  // any non-negative int64 is a seed
+    EXPECT_TRUE(spec.constraint.hi.has_value()) << spec.path << " has no upper bound";
+  }
+  EXPECT_EQ(config_error("[parallel]\nbucket_mb = 1e300\n"),
+            "cfg.toml: parallel.bucket_mb: expected a number in (0, 65536], got 1e+300");
+  EXPECT_EQ(config_error("", {"parallel.first_bucket_mb=1e300"}),
+            "--set parallel.first_bucket_mb=1e300: parallel.first_bucket_mb: expected a number in (0, 65536], got 1e+300");
+  EXPECT_EQ(config_error("[parallel]\ntimeout_s = 1e300\n"),
+            "cfg.toml: parallel.timeout_s: expected a number in (0, 604800], got 1e+300");
+  EXPECT_EQ(config_error("[model]\nhidden = [512, 1048577]\n"),
+            "cfg.toml: model.hidden[1]: expected an integer in [1, 1048576], got 1048577");
+  EXPECT_EQ(config_error("[model]\nchannels = [9223372036854775807]\n"),
+            "cfg.toml: model.channels[0]: expected an integer in [1, 1048576], got 9223372036854775807");
+  EXPECT_EQ(config_error("[model]\nfc_hidden = 4294967296\n"),
+            "cfg.toml: model.fc_hidden: expected an integer in [1, 1048576], got 4294967296");
+  // epochs * steps per epoch stays far inside int64: at most 1e6 * 2^31.
+  EXPECT_EQ(config_error("[train]\nepochs = 9223372036854775807\n"),
+            "cfg.toml: train.epochs: expected an integer in [1, 1000000], got 9223372036854775807");
+  EXPECT_EQ(config_error("[train]\nmax_steps = 1000000000001\n"),
+            "cfg.toml: train.max_steps: expected an integer in [0, 1e+12], got 1000000000001");
+  EXPECT_EQ(config_error("[train]\nthreads = 1025\n"), "cfg.toml: train.threads: expected an integer in [0, 1024], got 1025");
+  EXPECT_EQ(config_error("[model]\nclasses = 1\n"), "cfg.toml: model.classes: expected an integer in [2, 1000000], got 1");
+  // The largest values are accepted.
+  const Config c = parse_config("[parallel]\nbucket_mb = 65536\ntimeout_s = 604800\n[train]\nepochs = 1000000\n"
+                                "[model]\nhidden = [1048576]\nclasses = 1000000\n",
+                                "x");
+  EXPECT_EQ(c.parallel.bucket_mb, 65536.0);
+  EXPECT_EQ(c.model.classes, 1000000);
 }
 
 TEST(ConfigErrors, BadChoice) {
@@ -351,7 +389,7 @@ TEST(ConfigOverrides, Errors) {
   EXPECT_EQ(config_error("", {"optim.lrr=1"}), "--set optim.lrr=1: unknown key 'optim.lrr' (did you mean 'optim.lr'?)");
   EXPECT_EQ(config_error("", {"optim.lr"}), "--set optim.lr: expected key=value, e.g. --set optim.lr=0.1");
   EXPECT_EQ(config_error("", {"=3"}), "--set =3: expected key=value, e.g. --set optim.lr=0.1");
-  EXPECT_EQ(config_error("", {"optim.lr=-1"}), "--set optim.lr=-1: optim.lr: expected a number > 0, got -1");
+  EXPECT_EQ(config_error("", {"optim.lr=-1"}), "--set optim.lr=-1: optim.lr: expected a number in (0, 1000000], got -1");
   EXPECT_EQ(config_error("", {"train.epochs=abc"}), "--set train.epochs=abc: train.epochs: expected an integer, got a string");
   EXPECT_EQ(config_error("", {"model.kind=resnet"}),
             "--set model.kind=resnet: model.kind: expected one of \"mlp\", \"cnn\", got \"resnet\"");

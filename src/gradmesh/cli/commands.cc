@@ -75,9 +75,9 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights) {
   const train::Config config = train::load_config(config_path, overrides);
   kernels::set_num_threads(static_cast<int>(config.train.threads));
-  const data::ImageDataset test_set = train::load_test_set(config.data);
+  const data::ImageDataset test_set = train::load_test_set(config);
   checkpoint::SafetensorsFile file = checkpoint::read_safetensors(weights);
-  const train::InputGeometry geometry{test_set.channels, test_set.height, test_set.width, test_set.num_classes};
+  const train::InputGeometry geometry{test_set.channels, test_set.height, test_set.width};
   std::unique_ptr<nn::Model> model = train::build_model(config.model, geometry, config.train.seed);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);

@@ -25,11 +25,26 @@ void check_norm(const Normalization& norm) {
                     " mean=" + std::to_string(norm.mean) + " std=" + std::to_string(norm.std));
 }
 
+// The first label outside [0, space.classes) is named with its index, so a
+// wrong file (or a wrong class count) is found without a hex dump.
+void check_labels(const std::vector<uint8_t>& labels, const LabelSpace& space, const std::string& path) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < space.classes) continue;
+    throw_error(ErrorKind::kFormat, path,
+                "label " + std::to_string(i) + " is " + std::to_string(labels[i]) + ", outside [0, " +
+                    std::to_string(space.classes) + ") (" + space.source + " = " + std::to_string(space.classes) +
+                    "); is this the right labels file, or does the data set have more classes?");
+  }
+}
+
 }  // namespace
 
 ImageDataset load_image_dataset(const std::string& images_path, const std::string& labels_path,
-                                const Normalization& norm) {
+                                const Normalization& norm, const LabelSpace& label_space) {
   check_norm(norm);
+  if (label_space.classes < 1)
+    throw_error(ErrorKind::kConfig, label_space.source,
+                "expected at least 1 class, got " + std::to_string(label_space.classes));
   const IdxArray images = read_idx(images_path);
   if (images.dims.size() != 3 && images.dims.size() != 4)
     throw_error(ErrorKind::kFormat, images_path,
@@ -59,8 +74,9 @@ ImageDataset load_image_dataset(const std::string& images_path, const std::strin
   std::transform(images.values.begin(), images.values.end(), ds.pixels.begin(),
                  [&](uint8_t b) { return table[b]; });
 
+  check_labels(labels.values, label_space, labels_path);
   ds.labels.assign(labels.values.begin(), labels.values.end());
-  ds.num_classes = *std::max_element(ds.labels.begin(), ds.labels.end()) + 1;
+  ds.num_classes = label_space.classes;
   return ds;
 }
 

@@ -23,18 +23,29 @@ struct ImageDataset {
   int64_t channels = 0, height = 0, width = 0;
   std::vector<float> pixels;    // (count, channels, height, width), normalised
   std::vector<int32_t> labels;  // (count), each in [0, num_classes)
-  int32_t num_classes = 0;      // max label + 1
+  int32_t num_classes = 0;      // as declared by whoever loaded the set, never inferred from the labels
 
   int64_t sample_numel() const { return channels * height * width; }
 };
 
+// How many classes the labels may name, and what set that number (for
+// messages, e.g. "model.classes").
+struct LabelSpace {
+  int32_t classes = 10;  // >= 1
+  std::string source = "classes";
+};
+
 // Loads an images IDX file, [N, H, W] (channels = 1) or [N, C, H, W], and a
-// labels IDX file, [N]; either may be gzip-compressed.
+// labels IDX file, [N]; either may be gzip-compressed. num_classes is
+// `labels.classes`: the class count is declared, never inferred, so a labels
+// file holding 200..255 cannot silently become a 256-class problem.
 // Throws gradmesh::Error: kIo/kFormat from read_idx, kFormat when the ranks
 // are wrong or the two files hold different counts (the message names both
-// files and both counts), kConfig when norm.std is 0 or not finite.
+// files and both counts), kFormat naming the labels file, the index of the
+// first label outside [0, labels.classes) and its value, kConfig when
+// norm.std is 0 or not finite or labels.classes < 1.
 ImageDataset load_image_dataset(const std::string& images_path, const std::string& labels_path,
-                                const Normalization& norm = Normalization{});
+                                const Normalization& norm = Normalization{}, const LabelSpace& labels = LabelSpace{});
 
 // A learnable synthetic data set for tests and benchmarks: class k has its own
 // mean image (standard normal per pixel) and each sample adds noise of

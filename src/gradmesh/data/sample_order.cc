@@ -31,7 +31,8 @@ int64_t batches_per_epoch(int64_t count, int64_t global_batch, bool drop_last) {
     throw_error(ErrorKind::kConfig, "batch plan",
                 "global batch size must be >= 1 and the sample count >= 0, got global_batch=" +
                     std::to_string(global_batch) + " count=" + std::to_string(count));
-  return drop_last ? count / global_batch : (count + global_batch - 1) / global_batch;
+  // Rounded up without count + global_batch - 1, which could overflow.
+  return count / global_batch + (!drop_last && count % global_batch != 0 ? 1 : 0);
 }
 
 std::pair<int64_t, int64_t> batch_range(int64_t step, int64_t count, int64_t global_batch) {

@@ -1,5 +1,9 @@
 #include "gradmesh/parallel/gradient_reducer.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
@@ -57,7 +61,14 @@ autograd::GradReadyHook GradientReducer::begin_step() {
   }
   spans_.assign(buckets_.size(), BucketSpan{});
   next_launch_ = 0;
+  step_loss_set_ = false;
+  step_finite_ = true;
   return [this](int param) { on_grad_ready(param); };
+}
+
+void GradientReducer::set_step_loss(double loss) {
+  step_loss_ = loss;
+  step_loss_set_ = true;
 }
 
 void GradientReducer::on_grad_ready(int param) {
@@ -72,6 +83,11 @@ void GradientReducer::launch_in_order() {
 void GradientReducer::launch(size_t b) {
   const Bucket& bucket = buckets_[b];
   Tensor grads = model_.flat_grads().slice_flat(bucket.offset, {bucket.numel});
+  if (b == 0) {
+    GRADMESH_CHECK(step_loss_set_, "GradientReducer::set_step_loss must come before bucket 0 is launched");
+    // This rank's verdict on its loss, carried by the sum (see the header).
+    if (!std::isfinite(step_loss_)) grads.data()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
   if (options_.bf16) {
     uint16_t* out = static_cast<uint16_t*>(wire_[b].raw());
     const float* in = grads.data();
@@ -108,7 +124,35 @@ double GradientReducer::finish_step() {
       for (int64_t i = 0; i < buckets_[b].numel; ++i) out[i] = bf16_to_float(in[i]);
     }
   }
+  step_finite_ = buckets_.empty() ? agree_on_finite_loss_without_buckets()
+                                  : std::isfinite(model_.flat_grads().data()[buckets_[0].offset]);
   return now_seconds() - start;
+}
+
+// A model without parameters has no bucket to carry the verdict.
+bool GradientReducer::agree_on_finite_loss_without_buckets() {
+  GRADMESH_CHECK(step_loss_set_, "GradientReducer::set_step_loss must come before finish_step");
+  Tensor flag = Tensor::from_vector({1}, {std::isfinite(step_loss_) ? 0.0f : std::numeric_limits<float>::quiet_NaN()});
+  comm::AllreduceOptions options;
+  options.timeout = options_.timeout;
+  auto work = group_->allreduce(flag, options);
+  if (!work->wait(options_.timeout))
+    throw_error(ErrorKind::kTimeout, work->description(), "the loss check was not reduced within the timeout");
+  return std::isfinite(flag.data()[0]);
+}
+
+std::vector<float> GradientReducer::gather_step_losses() {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const float mine = std::isfinite(step_loss_) ? static_cast<float>(std::clamp<double>(step_loss_, -kMax, kMax))
+                                               : static_cast<float>(step_loss_);
+  Tensor in = Tensor::from_vector({1}, {mine});
+  Tensor out = Tensor::empty({group_->size()}, DType::kF32);
+  comm::CollectiveOptions options;
+  options.timeout = options_.timeout;
+  auto work = group_->allgather(in, out, options);
+  if (!work->wait(options_.timeout))
+    throw_error(ErrorKind::kTimeout, work->description(), "the step losses were not gathered within the timeout");
+  return out.to_vector();
 }
 
 }  // namespace gradmesh::parallel

@@ -17,6 +17,16 @@
 // The trainer divides every loss by the global batch length, so the sum over
 // ranks is the exact mean gradient of the global batch however unevenly the
 // samples were split: the reducer sums and never rescales.
+//
+// Non-finite losses ride on bucket 0 for free. A rank whose step loss is not
+// finite writes NaN into bucket 0's first element before launching it; a NaN
+// survives every sum (f32 or bf16, any backend, any order), so after
+// finish_step() every rank reads the same verdict from that element
+// (step_finite()) without an extra byte or collective, and none of them has
+// touched its weights yet. Only a failed step pays for one more collective,
+// gather_step_losses(), to name the ranks. The element is also a real summed
+// gradient, so a sum that overflowed there stops the step too, with every
+// rank's loss finite: that step would have poisoned the weights as well.
 #pragma once
 
 #include <cstdint>
@@ -65,12 +75,25 @@ class GradientReducer {
   // Starts a step's reduction: the returned hook goes to Model::backward on
   // the step's last micro-batch (earlier micro-batches only accumulate).
   autograd::GradReadyHook begin_step();
+  // This rank's loss of the step (summed over its micro-batches; 0 for a rank
+  // with no samples). REQUIRES: after begin_step() and before the backward
+  // that gets the hook, or before finish_step() when this rank runs no
+  // backward (kInternal when bucket 0 is launched without it).
+  void set_step_loss(double loss);
   // Launches the buckets not launched yet (all of them without overlap, or
   // when this rank ran no backward), waits for every one, and leaves the
   // summed gradients in the model. Returns the seconds spent waiting here:
   // the communication that backward did not hide. Throws the first failure
   // (Error kComm/kTimeout naming the operation and the missing ranks).
   double finish_step();
+  // After finish_step(): false when some rank's step loss was not finite (or
+  // the summed gradient that carries the verdict is not). The same on every
+  // rank; the caller must not apply a step that is not finite.
+  bool step_finite() const { return step_finite_; }
+  // Collective: every rank's step loss in rank order, non-finite ones as
+  // NaN or +-inf, finite ones clamped to the float range. Meant for after a
+  // step that was not finite, to say whose loss it was.
+  std::vector<float> gather_step_losses();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<BucketSpan>& last_spans() const { return spans_; }
@@ -79,6 +102,7 @@ class GradientReducer {
   void on_grad_ready(int param);
   void launch_in_order();
   void launch(size_t bucket);
+  bool agree_on_finite_loss_without_buckets();
 
   nn::Model& model_;
   std::shared_ptr<comm::ProcessGroup> group_;
@@ -90,6 +114,9 @@ class GradientReducer {
   std::vector<Tensor> wire_;          // per bucket: the tensor sent (a view, or a BF16 copy)
   std::vector<std::shared_ptr<comm::Work>> work_;
   std::vector<BucketSpan> spans_;
+  double step_loss_ = 0;
+  bool step_loss_set_ = false;
+  bool step_finite_ = true;
 };
 
 }  // namespace gradmesh::parallel

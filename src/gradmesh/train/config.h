@@ -23,6 +23,7 @@ namespace gradmesh::train {
 struct ModelConfig {
   ModelConfig();
   std::string kind;             // "mlp" | "cnn"
+  int64_t classes;              // output width; every label is in [0, classes)
   std::vector<int64_t> hidden;  // mlp hidden widths; empty = logistic regression
   std::string activation;       // "relu" | "gelu" | "tanh"
   double dropout;               // [0, 1), after each mlp hidden activation

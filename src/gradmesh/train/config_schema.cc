@@ -85,7 +85,6 @@ KeyConstraint bounded(std::optional<double> lo, bool lo_open, std::optional<doub
   return c;
 }
 KeyConstraint at_least(double lo) { return bounded(lo, false, std::nullopt, false); }
-KeyConstraint above(double lo) { return bounded(lo, true, std::nullopt, false); }
 KeyConstraint closed(double lo, double hi) { return bounded(lo, false, hi, false); }
 KeyConstraint half_open(double lo, double hi) { return bounded(lo, false, hi, true); }
 KeyConstraint open_closed(double lo, double hi) { return bounded(lo, true, hi, false); }
@@ -94,22 +93,39 @@ KeyConstraint one_of(std::vector<std::string> choices) {
   c.choices = std::move(choices);
   return c;
 }
-KeyConstraint entries_at_least(double lo, size_t min_items) {
-  KeyConstraint c = at_least(lo);
+KeyConstraint entries_in(double lo, double hi, size_t min_items) {
+  KeyConstraint c = closed(lo, hi);
   c.min_items = min_items;
   return c;
 }
+
+// Upper bounds. Every number a config can hold has one, so nothing derived
+// from it (byte counts, milliseconds, step counts, layer sizes) can overflow
+// a cast or a product; each is far above any sensible value.
+constexpr double kMaxWidth = 1 << 20;            // layer widths and channels
+constexpr double kMaxClasses = 1'000'000;
+constexpr double kMaxSamples = 2147483648.0;     // 2^31: more than an IDX file can hold (data/idx.h)
+constexpr double kMaxScale = 1e6;                // pixel normalisation constants
+constexpr double kMaxCoefficient = 1e6;          // rates, decays, norms, factors
+constexpr double kMaxSteps = 1e12;               // optimizer step counts
+constexpr double kMaxEpochs = 1e6;
+constexpr double kMaxAccumSteps = 1 << 20;
+constexpr double kMaxThreads = 1024;
+constexpr double kMaxBucketMb = 65536;           // 64 GiB
+constexpr double kMaxTimeoutS = 7 * 24 * 3600;   // a week
+constexpr double kMaxTraceSteps = 100'000;
 
 std::vector<KeySpec> build_schema() {
   // clang-format off
   return {
     key<&ModelConfig::kind>("kind", "mlp", one_of({"mlp", "cnn"}), "Model family: a multilayer perceptron or a small convolutional net."),
-    key<&ModelConfig::hidden>("hidden", {512, 512}, entries_at_least(1, 0), "MLP hidden layer widths; empty gives logistic regression (one linear layer)."),
+    key<&ModelConfig::classes>("classes", 10, closed(2, kMaxClasses), "Number of classes: the width of the output layer. Every label in the data must lie in [0, classes)."),
+    key<&ModelConfig::hidden>("hidden", {512, 512}, entries_in(1, kMaxWidth, 0), "MLP hidden layer widths; empty gives logistic regression (one linear layer)."),
     key<&ModelConfig::activation>("activation", "relu", one_of({"relu", "gelu", "tanh"}), "MLP: activation after each hidden layer (the CNN always uses ReLU)."),
     key<&ModelConfig::dropout>("dropout", 0.0, half_open(0, 1), "MLP: dropout probability after each hidden activation (0 = off)."),
-    key<&ModelConfig::channels>("channels", {32, 64}, entries_at_least(1, 1), "CNN: output channels of each conv block (conv, ReLU, 2x2 max pool)."),
+    key<&ModelConfig::channels>("channels", {32, 64}, entries_in(1, kMaxWidth, 1), "CNN: output channels of each conv block (conv, ReLU, 2x2 max pool)."),
     key<&ModelConfig::kernel_size>("kernel_size", 3, closed(1, 7), "CNN: square conv kernel size (no padding, stride 1)."),
-    key<&ModelConfig::fc_hidden>("fc_hidden", 128, at_least(1), "CNN: width of the hidden linear layer after the flatten."),
+    key<&ModelConfig::fc_hidden>("fc_hidden", 128, closed(1, kMaxWidth), "CNN: width of the hidden linear layer after the flatten."),
     key<&ModelConfig::init>("init", "default", one_of({"default", "kaiming_normal", "kaiming_uniform", "xavier_uniform", "xavier_normal"}), "Weight init; default is PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases."),
 
     key<&DataConfig::dir>("dir", "", any(), "Directory of the IDX files; empty uses $GRADMESH_DATA_DIR (default /usr/share/datasets/fashion-mnist)."),
@@ -117,55 +133,55 @@ std::vector<KeySpec> build_schema() {
     key<&DataConfig::train_labels>("train_labels", "train-labels-idx1-ubyte.gz", any(), "Training labels (IDX, optionally gzipped), relative to data.dir."),
     key<&DataConfig::test_images>("test_images", "t10k-images-idx3-ubyte.gz", any(), "Test images (IDX, optionally gzipped), relative to data.dir."),
     key<&DataConfig::test_labels>("test_labels", "t10k-labels-idx1-ubyte.gz", any(), "Test labels (IDX, optionally gzipped), relative to data.dir."),
-    key<&DataConfig::scale>("scale", 1.0 / 255.0, any(), "Pixel normalisation: pixel = (byte * scale - mean) / std; the default maps bytes to [0, 1]."),
-    key<&DataConfig::mean>("mean", 0.0, any(), "Subtracted after scaling."),
-    key<&DataConfig::std>("std", 1.0, above(0), "Divides after subtracting the mean."),
+    key<&DataConfig::scale>("scale", 1.0 / 255.0, closed(-kMaxScale, kMaxScale), "Pixel normalisation: pixel = (byte * scale - mean) / std; the default maps bytes to [0, 1]."),
+    key<&DataConfig::mean>("mean", 0.0, closed(-kMaxScale, kMaxScale), "Subtracted after scaling."),
+    key<&DataConfig::std>("std", 1.0, open_closed(0, kMaxScale), "Divides after subtracting the mean."),
     key<&DataConfig::shuffle>("shuffle", true, any(), "Shuffle the training set each epoch (a permutation drawn from train.seed and the epoch)."),
     key<&DataConfig::drop_last>("drop_last", false, any(), "Drop the last incomplete training batch of each epoch."),
     key<&DataConfig::prefetch>("prefetch", 2, closed(1, 64), "Batches the loader thread prepares ahead of the training step."),
-    key<&DataConfig::limit_train>("limit_train", 0, at_least(0), "Use only the first N training samples (0 = all); for quick tests."),
-    key<&DataConfig::limit_test>("limit_test", 0, at_least(0), "Use only the first N test samples (0 = all); for quick tests."),
+    key<&DataConfig::limit_train>("limit_train", 0, closed(0, kMaxSamples), "Use only the first N training samples (0 = all); for quick tests."),
+    key<&DataConfig::limit_test>("limit_test", 0, closed(0, kMaxSamples), "Use only the first N test samples (0 = all); for quick tests."),
 
     key<&OptimConfig::name>("name", "sgd", one_of({"sgd", "adamw"}), "Optimizer, with PyTorch's update rules (torch.optim.SGD, torch.optim.AdamW)."),
-    key<&OptimConfig::lr>("lr", 0.05, above(0), "Peak learning rate (the schedule scales it)."),
+    key<&OptimConfig::lr>("lr", 0.05, open_closed(0, kMaxCoefficient), "Peak learning rate (the schedule scales it)."),
     key<&OptimConfig::momentum>("momentum", 0.9, half_open(0, 1), "SGD momentum (0 = plain SGD)."),
     key<&OptimConfig::dampening>("dampening", 0.0, half_open(0, 1), "SGD momentum dampening."),
     key<&OptimConfig::nesterov>("nesterov", false, any(), "SGD Nesterov momentum; needs momentum > 0 and dampening = 0."),
-    key<&OptimConfig::weight_decay>("weight_decay", 0.0, at_least(0), "SGD: L2 penalty added to the gradient; AdamW: decoupled decay."),
+    key<&OptimConfig::weight_decay>("weight_decay", 0.0, closed(0, kMaxCoefficient), "SGD: L2 penalty added to the gradient; AdamW: decoupled decay."),
     key<&OptimConfig::beta1>("beta1", 0.9, half_open(0, 1), "AdamW: decay of the first-moment average."),
     key<&OptimConfig::beta2>("beta2", 0.999, half_open(0, 1), "AdamW: decay of the second-moment average."),
-    key<&OptimConfig::eps>("eps", 1e-8, above(0), "AdamW: added to the denominator."),
-    key<&OptimConfig::clip_grad_norm>("clip_grad_norm", 0.0, at_least(0), "Clip the global gradient L2 norm to this value before the step (0 = no clipping)."),
+    key<&OptimConfig::eps>("eps", 1e-8, open_closed(0, 1), "AdamW: added to the denominator."),
+    key<&OptimConfig::clip_grad_norm>("clip_grad_norm", 0.0, closed(0, kMaxCoefficient), "Clip the global gradient L2 norm to this value before the step (0 = no clipping)."),
 
     key<&ScheduleConfig::kind>("kind", "constant", one_of({"constant", "step", "cosine"}), "Learning-rate schedule after warmup."),
-    key<&ScheduleConfig::warmup_steps>("warmup_steps", 0, at_least(0), "Linear warmup: step i < warmup_steps uses optim.lr * (i + 1) / warmup_steps."),
-    key<&ScheduleConfig::step_size>("step_size", 1000, at_least(1), "step: multiply the rate by gamma every step_size optimizer steps after the warmup."),
+    key<&ScheduleConfig::warmup_steps>("warmup_steps", 0, closed(0, kMaxSteps), "Linear warmup: step i < warmup_steps uses optim.lr * (i + 1) / warmup_steps."),
+    key<&ScheduleConfig::step_size>("step_size", 1000, closed(1, kMaxSteps), "step: multiply the rate by gamma every step_size optimizer steps after the warmup."),
     key<&ScheduleConfig::gamma>("gamma", 0.1, open_closed(0, 1), "step: the decay factor."),
-    key<&ScheduleConfig::min_lr>("min_lr", 0.0, at_least(0), "cosine: the rate reached at the last step (and kept after it); at most optim.lr."),
+    key<&ScheduleConfig::min_lr>("min_lr", 0.0, closed(0, kMaxCoefficient), "cosine: the rate reached at the last step (and kept after it); at most optim.lr."),
 
-    key<&TrainConfig::epochs>("epochs", 1, at_least(1), "Passes over the training set."),
-    key<&TrainConfig::batch_size>("batch_size", 128, at_least(1), "Global batch size: samples per optimizer step over all ranks and micro-steps."),
+    key<&TrainConfig::epochs>("epochs", 1, closed(1, kMaxEpochs), "Passes over the training set."),
+    key<&TrainConfig::batch_size>("batch_size", 128, closed(1, kMaxSamples), "Global batch size: samples per optimizer step over all ranks and micro-steps."),
     key<&TrainConfig::seed>("seed", 0, at_least(0), "Seeds init, shuffling and dropout; equal seeds give equal runs."),
-    key<&TrainConfig::max_steps>("max_steps", 0, at_least(0), "Stop after this many optimizer steps (0 = no limit)."),
-    key<&TrainConfig::accum_steps>("accum_steps", 1, at_least(1), "Gradient accumulation: micro-steps per optimizer step."),
-    key<&TrainConfig::threads>("threads", 1, at_least(0), "Compute threads for BLAS and kernels (0 = $GRADMESH_NUM_THREADS, else all cores)."),
-    key<&TrainConfig::log_every>("log_every", 50, at_least(1), "Log a metrics line every N optimizer steps."),
+    key<&TrainConfig::max_steps>("max_steps", 0, closed(0, kMaxSteps), "Stop after this many optimizer steps (0 = no limit)."),
+    key<&TrainConfig::accum_steps>("accum_steps", 1, closed(1, kMaxAccumSteps), "Gradient accumulation: micro-steps per optimizer step."),
+    key<&TrainConfig::threads>("threads", 1, closed(0, kMaxThreads), "Compute threads for BLAS and kernels (0 = $GRADMESH_NUM_THREADS, else all cores)."),
+    key<&TrainConfig::log_every>("log_every", 50, closed(1, kMaxSteps), "Log a metrics line every N optimizer steps."),
     key<&TrainConfig::eval_every_epoch>("eval_every_epoch", true, any(), "Evaluate on the test set after every epoch."),
     key<&TrainConfig::init_from>("init_from", "", any(), "Safetensors file with initial weights (empty = random init from train.seed)."),
 
     key<&ParallelConfig::backend>("backend", "auto", one_of({"auto", "shm", "gloo", "hier", "mpi"}), "Collective backend; auto picks mpi under mpirun, shm on one host, hier across hosts with several ranks each, else gloo."),
-    key<&ParallelConfig::bucket_mb>("bucket_mb", 1.0, above(0), "Gradient bucket size in MiB: gradients are all-reduced in buckets of about this size while backward goes on (1 measured best on the reference CNN; bench/ddp.py --buckets)."),
-    key<&ParallelConfig::first_bucket_mb>("first_bucket_mb", 1.0, above(0), "Size of the first bucket (the last layers' gradients, ready first), so communication starts early."),
+    key<&ParallelConfig::bucket_mb>("bucket_mb", 1.0, open_closed(0, kMaxBucketMb), "Gradient bucket size in MiB: gradients are all-reduced in buckets of about this size while backward goes on (1 measured best on the reference CNN; bench/ddp.py --buckets)."),
+    key<&ParallelConfig::first_bucket_mb>("first_bucket_mb", 1.0, open_closed(0, kMaxBucketMb), "Size of the first bucket (the last layers' gradients, ready first), so communication starts early."),
     key<&ParallelConfig::comm_dtype>("comm_dtype", "f32", one_of({"f32", "bf16"}), "Element type gradients travel in; bf16 halves the traffic and is summed in float32."),
     key<&ParallelConfig::overlap>("overlap", true, any(), "Start each bucket's all-reduce as soon as its gradients are final (false: after the whole backward, for comparison)."),
-    key<&ParallelConfig::timeout_s>("timeout_s", 300.0, above(0), "Timeout of every collective; a rank that does not arrive in time fails the job with its name."),
-    key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, above(1), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
+    key<&ParallelConfig::timeout_s>("timeout_s", 300.0, open_closed(0, kMaxTimeoutS), "Timeout of every collective; a rank that does not arrive in time fails the job with its name."),
+    key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, open_closed(1, kMaxCoefficient), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
 
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
     key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),
     key<&OutputConfig::weights_dtype>("weights_dtype", "F32", one_of({"F32", "BF16"}), "Element type of the saved weights."),
-    key<&OutputConfig::trace_steps>("trace_steps", 20, at_least(0), "Optimizer steps recorded in trace.rank<R>.json (Chrome trace format; 0 = no trace)."),
+    key<&OutputConfig::trace_steps>("trace_steps", 20, closed(0, kMaxTraceSteps), "Optimizer steps recorded in trace.rank<R>.json (Chrome trace format; 0 = no trace)."),
     key<&OutputConfig::report>("report", true, any(), "Write report.html: loss, accuracy, throughput and per-rank phase times as inline SVG charts."),
   };
   // clang-format on
@@ -176,11 +192,18 @@ void fill_section_defaults(const char* section, void* section_struct) {
     if (spec.section == section) spec.set_in_section(section_struct, spec.default_value);
 }
 
+// "1000000" rather than the shorter "1e+06" for bounds a reader compares with whole numbers.
+std::string bound_number(double value) {
+  if (value == std::trunc(value) && std::abs(value) < 1e7) return std::to_string(static_cast<int64_t>(value));
+  return number_text(value);
+}
+
 std::string bound_text(const KeyConstraint& c) {
   if (c.lo && c.hi)
-    return std::string(c.lo_open ? "(" : "[") + number_text(*c.lo) + ", " + number_text(*c.hi) + (c.hi_open ? ")" : "]");
-  if (c.lo) return std::string(c.lo_open ? "> " : ">= ") + number_text(*c.lo);
-  if (c.hi) return std::string(c.hi_open ? "< " : "<= ") + number_text(*c.hi);
+    return std::string(c.lo_open ? "(" : "[") + bound_number(*c.lo) + ", " + bound_number(*c.hi) +
+           (c.hi_open ? ")" : "]");
+  if (c.lo) return std::string(c.lo_open ? "> " : ">= ") + bound_number(*c.lo);
+  if (c.hi) return std::string(c.hi_open ? "< " : "<= ") + bound_number(*c.hi);
   return "";
 }
 
@@ -266,7 +289,7 @@ OutputConfig::OutputConfig() { fill_section_defaults("output", this); }
 
 const std::vector<SectionSpec>& config_sections() {
   static const std::vector<SectionSpec> sections = {
-      {"model", "The network: `mlp` (784 inputs, hidden layers, 10 outputs) or `cnn` (conv blocks, one hidden linear layer, 10 outputs)."},
+      {"model", "The network: `mlp` (784 inputs, hidden layers, `classes` outputs) or `cnn` (conv blocks, one hidden linear layer, `classes` outputs)."},
       {"data", "Where the Fashion-MNIST IDX files are and how pixels are normalised and batched."},
       {"optim", "The optimizer; SGD keys are ignored by AdamW and the other way round."},
       {"schedule", "How the learning rate changes with the optimizer step: an optional linear warmup, then `constant`, `step` (optim.lr * gamma^floor(s / step_size)) or `cosine` (from optim.lr down to min_lr over the rest of the run)."},

@@ -1,5 +1,8 @@
 #include "gradmesh/train/model_factory.h"
 
+#include <string>
+#include <vector>
+
 #include "gradmesh/core/error.h"
 #include "gradmesh/nn/models.h"
 
@@ -13,21 +16,104 @@ nn::Activation parse_activation(const std::string& name) {
   throw_error(ErrorKind::kConfig, "model.activation", "expected relu, gelu or tanh, got '" + name + "'");
 }
 
+std::string list_text(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+// Adds layers one at a time and stops at the first that breaks the budget,
+// so no product or sum here can overflow: every factor is at most 2^31
+// (config bounds and IDX limits) and the running total at most 2^31 before
+// each addition.
+class ParameterBudget {
+ public:
+  explicit ParameterBudget(std::string keys) : keys_(std::move(keys)) {}
+
+  // A layer of `weights_a * weights_b` weights and `biases` biases.
+  void add(const std::string& layer, int64_t weights_a, int64_t weights_b, int64_t biases) {
+    int64_t weights = 0, layer_total = 0;
+    if (__builtin_mul_overflow(weights_a, weights_b, &weights) ||
+        __builtin_add_overflow(weights, biases, &layer_total) || layer_total > kMaxParameters)
+      throw_error(ErrorKind::kConfig, keys_,
+                  layer + " alone would hold " + std::to_string(weights_a) + " x " + std::to_string(weights_b) +
+                      " weights, more than the " + std::to_string(kMaxParameters) +
+                      " (2^31) parameters a model may have; use narrower layers");
+    total_ += layer_total;  // both <= 2^31: no overflow
+    if (total_ > kMaxParameters)
+      throw_error(ErrorKind::kConfig, keys_,
+                  "the model would have more than " + std::to_string(kMaxParameters) +
+                      " (2^31) parameters (the total passes it at " + layer + "); use fewer or narrower layers");
+  }
+  int64_t total() const { return total_; }
+
+ private:
+  std::string keys_;
+  int64_t total_ = 0;
+};
+
+int64_t count_mlp(const ModelConfig& c, const InputGeometry& input) {
+  ParameterBudget budget("model.hidden = " + list_text(c.hidden) + ", model.classes = " + std::to_string(c.classes));
+  int64_t in = input.channels * input.height * input.width;
+  for (size_t i = 0; i < c.hidden.size(); ++i) {
+    budget.add("hidden layer " + std::to_string(i + 1) + " (" + std::to_string(in) + " -> " +
+                   std::to_string(c.hidden[i]) + ")",
+               in, c.hidden[i], c.hidden[i]);
+    in = c.hidden[i];
+  }
+  budget.add("the output layer (" + std::to_string(in) + " -> " + std::to_string(c.classes) + ")", in, c.classes,
+             c.classes);
+  return budget.total();
+}
+
+// Mirrors nn::build_cnn's shapes: each stage is a valid conv, then a 2x2 pool.
+int64_t count_cnn(const ModelConfig& c, const InputGeometry& input) {
+  ParameterBudget budget("model.channels = " + list_text(c.channels) + ", model.fc_hidden = " +
+                         std::to_string(c.fc_hidden) + ", model.classes = " + std::to_string(c.classes));
+  int64_t channels = input.channels, h = input.height, w = input.width;
+  const int64_t k = c.kernel_size;
+  for (size_t i = 0; i < c.channels.size(); ++i) {
+    h = h - k + 1;
+    w = w - k + 1;
+    if (h < 2 || w < 2) return budget.total();  // build_cnn explains this one
+    budget.add("conv layer " + std::to_string(i + 1) + " (" + std::to_string(channels) + " -> " +
+                   std::to_string(c.channels[i]) + " channels)",
+               channels * k * k, c.channels[i], c.channels[i]);
+    channels = c.channels[i];
+    h /= 2;
+    w /= 2;
+  }
+  // channels <= 2^20 and h * w <= the input's pixels <= 2^31: fits in int64.
+  const int64_t flat = channels * h * w;
+  budget.add("the hidden linear layer (" + std::to_string(flat) + " -> " + std::to_string(c.fc_hidden) + ")", flat,
+             c.fc_hidden, c.fc_hidden);
+  budget.add("the output layer (" + std::to_string(c.fc_hidden) + " -> " + std::to_string(c.classes) + ")",
+             c.fc_hidden, c.classes, c.classes);
+  return budget.total();
+}
+
 }  // namespace
 
+int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) {
+  if (config.kind == "mlp") return count_mlp(config, input);
+  if (config.kind == "cnn") return count_cnn(config, input);
+  throw_error(ErrorKind::kConfig, "model.kind", "expected mlp or cnn, got '" + config.kind + "'");
+}
+
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed) {
+  count_parameters(config, input);
   const nn::InitKind init = nn::parse_weight_init(config.init);
   std::unique_ptr<nn::Module> root;
   if (config.kind == "mlp") {
     nn::MlpSpec spec;
     spec.in_features = input.channels * input.height * input.width;
     spec.hidden = config.hidden;
-    spec.classes = input.classes;
+    spec.classes = config.classes;
     spec.activation = parse_activation(config.activation);
     spec.dropout = static_cast<float>(config.dropout);
     spec.init = init;
     root = nn::build_mlp(spec);
-  } else if (config.kind == "cnn") {
+  } else {
     nn::CnnSpec spec;
     spec.in_channels = input.channels;
     spec.height = input.height;
@@ -35,11 +121,9 @@ std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeo
     spec.channels = config.channels;
     spec.kernel = config.kernel_size;
     spec.fc_hidden = config.fc_hidden;
-    spec.classes = input.classes;
+    spec.classes = config.classes;
     spec.init = init;
     root = nn::build_cnn(spec);
-  } else {
-    throw_error(ErrorKind::kConfig, "model.kind", "expected mlp or cnn, got '" + config.kind + "'");
   }
   return std::make_unique<nn::Model>(std::move(root), seed);
 }

@@ -1,6 +1,7 @@
 // Builds the model a config describes, for inputs of a given geometry.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "gradmesh/nn/model.h"
@@ -10,9 +11,21 @@ namespace gradmesh::train {
 
 struct InputGeometry {
   int64_t channels, height, width;
-  int64_t classes;
 };
 
+// The most parameters a model may have: 8 GiB of float32 weights, as much
+// again for gradients, and optimizer state on top.
+inline constexpr int64_t kMaxParameters = int64_t{1} << 31;
+
+// How many parameters build_model would create (config.classes outputs),
+// counted without building anything and without overflow. Throws
+// Error(kConfig) naming the keys (model.hidden, model.channels,
+// model.fc_hidden, model.classes) and the layer when one layer or the whole
+// model would exceed kMaxParameters. Geometry errors of the CNN (too many
+// stages for the input) are left to build_model, which names them.
+int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
+
+// Checks count_parameters first, so an oversized config fails before any allocation.
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed);
 
 }  // namespace gradmesh::train

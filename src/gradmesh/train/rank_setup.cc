@@ -8,16 +8,22 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/sample_order.h"
 #include "gradmesh/parallel/rank_agreement.h"
+#include "gradmesh/train/config_schema.h"
 #include "gradmesh/train/model_factory.h"
 #include "gradmesh/train/run_dir.h"
+#include "gradmesh/train/step_plan.h"
 
 namespace gradmesh::train {
 namespace {
 
-data::ImageDataset load_set(const DataConfig& c, const std::string& images, const std::string& labels, int64_t limit) {
+data::ImageDataset load_set(const Config& config, const std::string& images, const std::string& labels,
+                            int64_t limit) {
+  const DataConfig& c = config.data;
   const std::filesystem::path dir = resolved_data_dir(c);
   data::Normalization norm{static_cast<float>(c.scale), static_cast<float>(c.mean), static_cast<float>(c.std)};
-  data::ImageDataset set = data::load_image_dataset((dir / images).string(), (dir / labels).string(), norm);
+  const data::LabelSpace label_space{static_cast<int32_t>(config.model.classes), "model.classes"};
+  data::ImageDataset set =
+      data::load_image_dataset((dir / images).string(), (dir / labels).string(), norm, label_space);
   if (limit > 0 && limit < set.count) {
     set.count = limit;
     set.pixels.resize(static_cast<size_t>(limit * set.sample_numel()));
@@ -47,10 +53,10 @@ PreparedRank prepare(const Config& config, int world) {
                     ": every rank needs at least one sample of each global batch; raise train.batch_size or start "
                     "fewer workers");
   PreparedRank p;
-  p.train_set = load_train_set(config.data);
-  if (tc.eval_every_epoch) p.test_set = load_test_set(config.data);
-  const InputGeometry geometry{p.train_set.channels, p.train_set.height, p.train_set.width,
-                               std::max(p.train_set.num_classes, p.test_set.num_classes)};
+  p.train_set = load_train_set(config);
+  p.steps = plan_steps(config, p.train_set.count);  // before the test set: a run of 0 steps fails fast
+  if (tc.eval_every_epoch) p.test_set = load_test_set(config);
+  const InputGeometry geometry{p.train_set.channels, p.train_set.height, p.train_set.width};
   p.model = build_model(config.model, geometry, tc.seed);
   if (!tc.init_from.empty()) {
     checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
@@ -59,6 +65,17 @@ PreparedRank prepare(const Config& config, int world) {
     p.model->load_parameters(tensors, tc.init_from);
   }
   return p;
+}
+
+// `value` (of schema key `key`) times `unit`, as an integer. The schema's
+// upper bound keeps the product far inside int64.
+int64_t checked_integer(const char* key, double value, double unit) {
+  const KeySpec* spec = find_key(key);
+  GRADMESH_CHECK(spec != nullptr, key);
+  int64_t unused = -1;
+  const std::string problem = check_value(*spec, KeyValue(value), &unused);
+  if (!problem.empty()) throw_error(ErrorKind::kConfig, key, problem);
+  return static_cast<int64_t>(value * unit);
 }
 
 // The config as the ranks must agree on it; directories may differ between machines.
@@ -72,11 +89,15 @@ std::string agreement_text(Config c) {
 
 bool multi_rank(const comm::ProcessGroup* group) { return group && group->size() > 1; }
 
-data::ImageDataset load_train_set(const DataConfig& c) {
-  return load_set(c, c.train_images, c.train_labels, c.limit_train);
+data::ImageDataset load_train_set(const Config& config) {
+  const DataConfig& c = config.data;
+  return load_set(config, c.train_images, c.train_labels, c.limit_train);
 }
 
-data::ImageDataset load_test_set(const DataConfig& c) { return load_set(c, c.test_images, c.test_labels, c.limit_test); }
+data::ImageDataset load_test_set(const Config& config) {
+  const DataConfig& c = config.data;
+  return load_set(config, c.test_images, c.test_labels, c.limit_test);
+}
 
 PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
   if (!multi_rank(group)) return prepare(config, 1);
@@ -99,6 +120,17 @@ PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
   }
   parallel::broadcast_parameters(*group, *p.model);
   return p;
+}
+
+parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
+  parallel::ReducerOptions o;
+  o.bucket_bytes = std::max<int64_t>(1, checked_integer("parallel.bucket_mb", c.bucket_mb, 1024.0 * 1024.0));
+  o.first_bucket_bytes =
+      std::max<int64_t>(1, checked_integer("parallel.first_bucket_mb", c.first_bucket_mb, 1024.0 * 1024.0));
+  o.bf16 = c.comm_dtype == "bf16";
+  o.overlap = c.overlap;
+  o.timeout = comm::Millis(checked_integer("parallel.timeout_s", c.timeout_s, 1000.0));
+  return o;
 }
 
 std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group) {

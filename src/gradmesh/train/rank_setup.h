@@ -9,28 +9,40 @@
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
+#include "gradmesh/train/step_plan.h"
 
 namespace gradmesh::train {
 
-// Loads the train and test sets a data config names (honouring limit_train/limit_test).
-data::ImageDataset load_train_set(const DataConfig& config);
-data::ImageDataset load_test_set(const DataConfig& config);
+// Loads the train and test sets a config names (honouring data.limit_train and
+// data.limit_test); a label outside [0, model.classes) is an Error (kFormat).
+data::ImageDataset load_train_set(const Config& config);
+data::ImageDataset load_test_set(const Config& config);
 
 bool multi_rank(const comm::ProcessGroup* group);
 
 struct PreparedRank {
   data::ImageDataset train_set, test_set;  // test_set empty unless train.eval_every_epoch
+  StepPlan steps;
   std::unique_ptr<nn::Model> model;
 };
 
-// Builds this rank's datasets and model. With several ranks it is collective:
+// Builds this rank's datasets, step plan and model; a config that would
+// train no step fails here (kConfig), before any output exists. With
+// several ranks it is collective:
 // a rank that failed makes every rank fail naming it (no rank waits for it
 // until a timeout), configs and parameter layouts must be equal on all ranks
 // (Error kConfig naming the ranks and the first difference), and every
 // replica gets rank 0's initial parameters.
 PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group);
+
+// The gradient reducer's options from the [parallel] section. The numbers are
+// checked against the schema again where they become integers (a
+// ParallelConfig can be filled in code, and casting a double beyond int64 is
+// undefined): Error(kConfig) naming the key.
+parallel::ReducerOptions reducer_options(const ParallelConfig& config);
 
 // Rank 0 creates <output.dir>/<run id>; the other ranks learn the path and
 // create it on their own machine. Collective with several ranks.

@@ -1,16 +1,60 @@
 #include "gradmesh/train/train_step.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/core/clock.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/optim/clip.h"
 
 namespace gradmesh::train {
 
-double StepRunner::run(const data::Batch& batch, float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
+namespace {
+
+std::string value_text(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return std::to_string(v);
+}
+
+constexpr const char* kDivergenceHint = "; lower optim.lr or enable optim.clip_grad_norm";
+
+// "on rank 1 (nan)", "on ranks 0 (inf) and 2 (nan)"; empty when every loss is finite.
+std::string culprits(const std::vector<float>& losses) {
+  std::vector<std::string> named;
+  for (size_t r = 0; r < losses.size(); ++r)
+    if (!std::isfinite(losses[r])) named.push_back(std::to_string(r) + " (" + value_text(losses[r]) + ")");
+  if (named.empty()) return "";
+  std::string out = named.size() == 1 ? "on rank " : "on ranks ";
+  for (size_t i = 0; i < named.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
+  return out;
+}
+
+}  // namespace
+
+void StepRunner::stop_unless_finite(int64_t step, double loss) {
+  const std::string where = "step " + std::to_string(step);
+  if (!reducer_) {
+    if (!std::isfinite(loss))
+      throw_error(ErrorKind::kInternal, where,
+                  "the loss is not finite (" + value_text(static_cast<float>(loss)) + ")" + kDivergenceHint);
+    return;
+  }
+  if (reducer_->step_finite()) return;
+  // Every rank got the same verdict from the reduction, so every rank is here.
+  const std::string ranks = culprits(reducer_->gather_step_losses());
+  if (ranks.empty())
+    throw_error(ErrorKind::kInternal, where,
+                "the summed gradients are not finite although every rank's loss is" + std::string(kDivergenceHint));
+  throw_error(ErrorKind::kInternal, where, "the loss is not finite " + ranks + kDivergenceHint);
+}
+
+double StepRunner::run(const data::Batch& batch, float lr, int64_t step, parallel::PhaseTimes& times,
+                       obs::ChromeTrace* trace) {
   using parallel::Phase;
   const int64_t rows = batch.images.dim(0), sample = batch.images.numel() / std::max<int64_t>(rows, 1);
   const int64_t micro = config_.train.accum_steps;
@@ -38,6 +82,8 @@ double StepRunner::run(const data::Batch& batch, float lr, parallel::PhaseTimes&
     const std::vector<int32_t> labels(batch.labels.begin() + lo, batch.labels.begin() + hi);
     autograd::Variable out = autograd::cross_entropy(model_.forward(x), labels, denominator);
     loss += out.value().item();
+    // The step's loss is complete before the backward that launches buckets.
+    if (reducer_ && i + 1 == parts.size()) reducer_->set_step_loss(loss);
     const double t1 = now_seconds();
     // Only the last micro-batch's gradients are final: earlier ones accumulate without communication.
     model_.backward(out, i + 1 == parts.size() ? hook : autograd::GradReadyHook{});
@@ -47,7 +93,10 @@ double StepRunner::run(const data::Batch& batch, float lr, parallel::PhaseTimes&
     span("compute", "forward", t0, t1);
     span("compute", "backward", t1, t2);
   }
-  if (parts.empty()) model_.flat_grads().zero();  // this rank contributes nothing to the sum
+  if (parts.empty()) {
+    model_.flat_grads().zero();  // this rank contributes nothing to the sum
+    if (reducer_) reducer_->set_step_loss(0);
+  }
   if (reducer_) {
     const double t0 = now_seconds();
     const double waited = reducer_->finish_step();
@@ -59,6 +108,7 @@ double StepRunner::run(const data::Batch& batch, float lr, parallel::PhaseTimes&
                     "\"bytes\":" + std::to_string(b.bytes) + ",\"queued_ms\":" +
                         std::to_string((b.start_s - b.launch_s) * 1e3));
   }
+  stop_unless_finite(step, loss);
   const double t0 = now_seconds();
   float* grads = model_.flat_grads().data();
   if (config_.optim.clip_grad_norm > 0)

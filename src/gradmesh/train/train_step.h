@@ -24,9 +24,17 @@ class StepRunner {
   // (and losses) over ranks and micro-batches gives exact batch means. Adds
   // the phase times to `times` and spans to `trace` (may be null). Returns
   // this rank's share of the batch loss (the sum over ranks is the batch loss).
-  double run(const data::Batch& batch, float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
+  //
+  // A loss that is not finite on any rank stops the step before the
+  // optimizer touches the weights: every rank throws the same Error
+  // (kInternal) "step <step>: the loss is not finite on rank R (nan); ..."
+  // (without "on rank R" on a single process). `step` only names the step.
+  double run(const data::Batch& batch, float lr, int64_t step, parallel::PhaseTimes& times,
+             obs::ChromeTrace* trace);
 
  private:
+  void stop_unless_finite(int64_t step, double loss);
+
   nn::Model& model_;
   optim::Optimizer& optimizer_;
   const Config& config_;

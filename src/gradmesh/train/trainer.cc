@@ -40,14 +40,21 @@ void save_weights(nn::Model& model, const std::string& path, const Config& confi
                                 config.output.weights_dtype == "BF16" ? DType::kBF16 : DType::kF32);
 }
 
-parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
-  parallel::ReducerOptions o;
-  o.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.bucket_mb * 1024 * 1024));
-  o.first_bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(c.first_bucket_mb * 1024 * 1024));
-  o.bf16 = c.comm_dtype == "bf16";
-  o.overlap = c.overlap;
-  o.timeout = comm::Millis(static_cast<int64_t>(c.timeout_s * 1000));
+data::BatchLoaderOptions loader_options(const Config& config, int rank, int world_size) {
+  data::BatchLoaderOptions o;
+  o.global_batch = config.train.batch_size;
+  o.seed = config.train.seed;
+  o.shuffle = config.data.shuffle;
+  o.drop_last = config.data.drop_last;
+  o.prefetch = static_cast<int>(config.data.prefetch);
+  o.rank = rank;
+  o.world = world_size;
   return o;
+}
+
+optim::ScheduleOptions schedule_options(const Config& config, int64_t total_steps) {
+  const ScheduleConfig& c = config.schedule;
+  return {c.kind, c.warmup_steps, c.step_size, static_cast<float>(c.gamma), total_steps, static_cast<float>(c.min_lr)};
 }
 
 // Mean over ranks of one phase's time per step, in milliseconds.
@@ -55,10 +62,6 @@ double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
   double sum = 0;
   for (const PhaseTimes& t : ranks) sum += t.steps ? t[phase] / static_cast<double>(t.steps) : 0.0;
   return sum / static_cast<double>(ranks.size()) * 1e3;
-}
-
-std::string rank_label(const comm::ProcessGroup* group) {
-  return multi_rank(group) ? "rank " + std::to_string(group->rank()) + ": " : "";
 }
 
 // What a rank knows about the step loop so far; rank 0 turns it into metrics,
@@ -72,204 +75,270 @@ struct LoopState {
   double last_loss = 0;            // global mean loss of the last log interval
 };
 
-// Summary lines of a log interval: global loss, per-phase means, spread, straggler.
-void log_interval(LoopState& s, comm::ProcessGroup* group, float lr, int64_t epoch,
-                  obs::JsonlWriter* metrics, RunReport* report, parallel::SlowRankDetector& detector,
-                  obs::Progress& progress) {
-  const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(group, s.window);
-  double loss_sum = 0;
-  for (const PhaseTimes& t : ranks) loss_sum += t.loss_sum;
-  s.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s.window.steps, 1));
-  const double now = now_seconds();
-  const double rate = static_cast<double>(s.window_samples) / std::max(now - s.window_start, 1e-9);
-  if (metrics) {
-    double slowest = 0, fastest = 1e300;
-    int slowest_rank = 0;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const double ms = ranks[r].total() / static_cast<double>(std::max<int64_t>(ranks[r].steps, 1)) * 1e3;
-      if (ms > slowest) slowest = ms, slowest_rank = static_cast<int>(r);
-      fastest = std::min(fastest, ms);
-    }
-    obs::JsonObject line;
-    line.add("type", "step").add("step", s.step).add("epoch", epoch).add("loss", s.last_loss)
-        .add("lr", static_cast<double>(lr)).add("samples_per_s", rate).add("wall_time", now - s.start);
-    for (int p = 0; p < parallel::kPhaseCount; ++p)
-      line.add(std::string(parallel::phase_name(static_cast<Phase>(p))) + "_ms", mean_ms(ranks, static_cast<Phase>(p)));
-    line.add("world_size", static_cast<int64_t>(ranks.size())).add("step_ms_min", fastest)
-        .add("step_ms_max", slowest).add("slowest_rank", slowest_rank);
-    metrics->write(line);
-    report->add_step(s.step, s.last_loss, rate);
-    report->add_phase_window(ranks);
-    if (const std::optional<int> slow = detector.observe(ranks)) {
-      const std::string note = "step " + std::to_string(s.step) + ": " + detector.describe(ranks, *slow);
-      progress.message("warning: " + note);
-      report->add_note(note);
-      metrics->write(obs::JsonObject().add("type", "slow_rank").add("step", s.step).add("rank", *slow).add("message", note));
-    }
-  }
-  s.window = PhaseTimes{};
-  s.window_samples = 0;
-  s.window_start = now;
+// One training run on this rank, in the order it happens: setup (constructor:
+// data, model, optimizer, reducer, step plan; nothing written yet), then
+// run(): outputs opened, epochs of steps with an evaluation after each, the
+// summary, and rank 0's final files.
+class TrainingRun {
+ public:
+  TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group);
+  TrainSummary run();
+
+ private:
+  nn::Model& model() { return *prepared_.model; }
+  void open_outputs();
+  void announce();
+  void run_epoch(int64_t epoch);
+  void train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end);
+  void show_progress(int64_t epoch, int64_t step_in_epoch);
+  void log_interval(float lr, int64_t epoch);
+  void write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate, double now);
+  void evaluate_epoch(int64_t epoch);
+  void summarize();
+  void write_summary_line();
+  void write_report();
+
+  const Config& config_;
+  const TrainConfig& tc_;
+  std::shared_ptr<comm::ProcessGroup> group_;
+  comm::ProcessGroup* world_;  // null on a single process
+  const int rank_, world_size_;
+  const bool leader_;
+  PreparedRank prepared_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<parallel::GradientReducer> reducer_;
+  std::unique_ptr<data::BatchLoader> loader_;
+  optim::ScheduleOptions schedule_;
+  float base_lr_ = 0;
+  std::unique_ptr<StepRunner> runner_;
+
+  TrainSummary summary_;
+  std::unique_ptr<obs::JsonlWriter> metrics_;  // rank 0 only
+  RunReport report_;
+  obs::Progress progress_;
+  parallel::SlowRankDetector detector_;
+  LoopState s_;
+  std::unique_ptr<obs::ChromeTrace> trace_;
+  uint64_t flops_start_ = 0, flops_excluded_ = 0;
+  int64_t epochs_run_ = 0;
+};
+
+TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group)
+    : config_(config), tc_(config.train), group_(std::move(group)), world_(group_.get()),
+      rank_(world_ ? world_->rank() : 0), world_size_(world_ ? world_->size() : 1), leader_(rank_ == 0),
+      progress_(leader_ ? obs::progress_mode_from_env(progress_stream) : obs::ProgressMode::kOff, progress_stream,
+                tc_.log_every),
+      detector_(config.parallel.slow_rank_factor, 3) {
+  kernels::set_num_threads(static_cast<int>(tc_.threads));
+  prepared_ = prepare_rank(config_, world_);
+  optimizer_ = make_optimizer(config_.optim, model().num_parameters());
+  if (multi_rank(world_))
+    reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
+  loader_ = std::make_unique<data::BatchLoader>(prepared_.train_set, loader_options(config_, rank_, world_size_));
+  schedule_ = schedule_options(config_, prepared_.steps.total_steps);
+  base_lr_ = static_cast<float>(config_.optim.lr);
+  optim::validate_schedule(schedule_, base_lr_);
+  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get());
 }
 
-}  // namespace
+TrainSummary TrainingRun::run() {
+  open_outputs();
+  announce();
+  s_.start = s_.window_start = now_seconds();
+  trace_ = std::make_unique<obs::ChromeTrace>(rank_, s_.start);
+  flops_start_ = kernels::gemm_flops();
+  nn::forward_context().seed = tc_.seed;
+  for (int64_t epoch = 0; epoch < tc_.epochs && s_.step < prepared_.steps.total_steps; ++epoch) {
+    run_epoch(epoch);
+    epochs_run_ = epoch + 1;
+    if (tc_.eval_every_epoch) evaluate_epoch(epoch);
+  }
+  progress_.finish();
+  summarize();
+  if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
+  if (!leader_) return summary_;
+  if (config_.output.save_weights) {
+    summary_.weights_path = summary_.run_dir + "/model.safetensors";
+    save_weights(model(), summary_.weights_path, config_, s_.step, epochs_run_);
+  }
+  write_summary_line();
+  if (config_.output.report) write_report();
+  return summary_;
+}
 
-TrainSummary run_training(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group) {
-  const TrainConfig& tc = config.train;
-  comm::ProcessGroup* world = group.get();
-  const int rank = world ? world->rank() : 0, world_size = world ? world->size() : 1;
-  const bool leader = rank == 0;
-  kernels::set_num_threads(static_cast<int>(tc.threads));
-  PreparedRank prepared = prepare_rank(config, world);
-  nn::Model& model = *prepared.model;
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(config.optim, model.num_parameters());
-  std::unique_ptr<parallel::GradientReducer> reducer;
-  if (multi_rank(world)) reducer = std::make_unique<parallel::GradientReducer>(model, group, reducer_options(config.parallel));
-
-  data::BatchLoaderOptions loader_options;
-  loader_options.global_batch = tc.batch_size;
-  loader_options.seed = tc.seed;
-  loader_options.shuffle = config.data.shuffle;
-  loader_options.drop_last = config.data.drop_last;
-  loader_options.prefetch = static_cast<int>(config.data.prefetch);
-  loader_options.rank = rank;
-  loader_options.world = world_size;
-  data::BatchLoader loader(prepared.train_set, loader_options);
-  const int64_t steps_per_epoch = loader.steps_per_epoch();
-  int64_t total_steps = steps_per_epoch * tc.epochs;
-  if (tc.max_steps > 0) total_steps = std::min(total_steps, tc.max_steps);
-
-  optim::ScheduleOptions schedule{config.schedule.kind, config.schedule.warmup_steps, config.schedule.step_size,
-                                  static_cast<float>(config.schedule.gamma), total_steps,
-                                  static_cast<float>(config.schedule.min_lr)};
-  const auto base_lr = static_cast<float>(config.optim.lr);
-  optim::validate_schedule(schedule, base_lr);
-
-  TrainSummary summary;
-  summary.world_size = world_size;
-  summary.run_dir = open_run_dir(config.output, world);
-  std::unique_ptr<obs::JsonlWriter> metrics;
-  RunReport report;
-  if (leader) {
+void TrainingRun::open_outputs() {
+  const Config& config = config_;
+  TrainSummary& summary = summary_;
+  summary.world_size = world_size_;
+  summary.run_dir = open_run_dir(config.output, world_);
+  if (leader_) {
     std::ofstream(summary.run_dir + "/config.toml") << config_to_toml(config);
-    metrics = std::make_unique<obs::JsonlWriter>(summary.run_dir + "/metrics.jsonl");
+    metrics_ = std::make_unique<obs::JsonlWriter>(summary.run_dir + "/metrics.jsonl");
   }
-  obs::Progress progress(leader ? obs::progress_mode_from_env(progress_stream) : obs::ProgressMode::kOff,
-                         progress_stream, tc.log_every);
-  std::string backend = world ? world->backend() : "none";
-  progress.message("run " + summary.run_dir + ": " + config.model.kind + " with " +
-                   std::to_string(model.num_parameters()) + " parameters, " +
-                   std::to_string(prepared.train_set.count) + " training samples, " + std::to_string(total_steps) +
-                   " steps" + (multi_rank(world) ? ", " + std::to_string(world_size) + " ranks over " + backend : ""));
-  parallel::SlowRankDetector detector(config.parallel.slow_rank_factor, 3);
+}
 
-  LoopState s;
-  s.start = s.window_start = now_seconds();
-  obs::ChromeTrace trace(rank, s.start);
-  const uint64_t flops_start = kernels::gemm_flops();
-  uint64_t flops_excluded = 0;
-  StepRunner runner(model, *optimizer, config, reducer.get());
-  nn::forward_context().seed = tc.seed;
-  int64_t epochs_run = 0;
-  for (int64_t epoch = 0; epoch < tc.epochs && s.step < total_steps; ++epoch) {
-    loader.start_epoch(epoch);
-    data::Batch batch;
-    int64_t step_in_epoch = 0;
-    while (s.step < total_steps) {
-      const double t0 = now_seconds();
-      if (!loader.next(batch)) break;
-      const double t1 = now_seconds();
-      s.window[Phase::kData] += t1 - t0;
-      const bool traced = s.step < config.output.trace_steps;
-      if (traced) trace.span("compute", "data", t0, t1);
-      const float lr = optim::lr_at(schedule, base_lr, s.step);
-      nn::forward_context().step = static_cast<uint64_t>(s.step);
-      const double loss = runner.run(batch, lr, s.window, traced ? &trace : nullptr);
-      if (traced) trace.span("compute", "step " + std::to_string(s.step), t0, now_seconds());
-      if (!std::isfinite(loss))
-        throw_error(ErrorKind::kInternal, rank_label(world) + "step " + std::to_string(s.step),
-                    "the loss is not finite; lower optim.lr or enable optim.clip_grad_norm");
-      ++s.step;
-      ++step_in_epoch;
-      s.samples += batch.global_batch_len;
-      s.window_samples += batch.global_batch_len;
-      // With several ranks the global loss is known at log steps; until the
-      // first one, this rank's share scaled by the world size estimates it.
-      if (!multi_rank(world) || s.step <= tc.log_every) s.last_loss = loss * world_size;
-      if (s.step % tc.log_every == 0 || s.step == total_steps)
-        log_interval(s, world, lr, epoch, metrics.get(), &report, detector, progress);
-      const double elapsed = now_seconds() - s.start - s.excluded;
-      progress.update({epoch, tc.epochs, step_in_epoch, std::min(steps_per_epoch, total_steps), s.last_loss,
-                       static_cast<double>(s.samples) / std::max(elapsed, 1e-9),
-                       elapsed / static_cast<double>(s.step) * static_cast<double>(total_steps - s.step)});
-    }
-    epochs_run = epoch + 1;
-    if (tc.eval_every_epoch) {
-      const double eval_start = now_seconds();
-      const uint64_t eval_flops = kernels::gemm_flops();
-      const EvalResult r = evaluate_world(model, prepared.test_set, world);
-      flops_excluded += kernels::gemm_flops() - eval_flops;
-      summary.test_loss = r.loss;
-      summary.test_accuracy = r.accuracy;
-      summary.evaluated = true;
-      if (metrics)
-        metrics->write(obs::JsonObject()
-                           .add("type", "epoch").add("epoch", epoch).add("step", s.step)
-                           .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
-                           .add("wall_time", now_seconds() - s.start));
-      report.add_epoch(epoch, r.loss, r.accuracy);
-      progress.finish();
-      char line[160];
-      std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f",
-                    static_cast<long long>(epoch + 1), r.loss, r.accuracy);
-      progress.message(line);
-      const double eval_end = now_seconds();
-      if (s.step <= config.output.trace_steps) trace.span("compute", "evaluate", eval_start, eval_end);
-      s.excluded += eval_end - eval_start;
-      s.window_start += eval_end - eval_start;
+void TrainingRun::announce() {
+  const std::string backend = world_ ? world_->backend() : "none";
+  progress_.message("run " + summary_.run_dir + ": " + config_.model.kind + " with " +
+                    std::to_string(model().num_parameters()) + " parameters, " +
+                    std::to_string(prepared_.train_set.count) + " training samples, " +
+                    std::to_string(prepared_.steps.total_steps) + " steps" +
+                    (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : ""));
+}
+
+void TrainingRun::run_epoch(int64_t epoch) {
+  loader_->start_epoch(epoch);
+  data::Batch batch;
+  for (int64_t step_in_epoch = 1; s_.step < prepared_.steps.total_steps; ++step_in_epoch) {
+    const double data_start = now_seconds();
+    if (!loader_->next(batch)) break;
+    train_step(batch, epoch, data_start, now_seconds());
+    show_progress(epoch, step_in_epoch);
+  }
+}
+
+void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end) {
+  s_.window[Phase::kData] += data_end - data_start;
+  const bool traced = s_.step < config_.output.trace_steps;
+  if (traced) trace_->span("compute", "data", data_start, data_end);
+  const float lr = optim::lr_at(schedule_, base_lr_, s_.step);
+  nn::forward_context().step = static_cast<uint64_t>(s_.step);
+  const double loss = runner_->run(batch, lr, s_.step, s_.window, traced ? trace_.get() : nullptr);
+  if (traced) trace_->span("compute", "step " + std::to_string(s_.step), data_start, now_seconds());
+  ++s_.step;
+  s_.samples += batch.global_batch_len;
+  s_.window_samples += batch.global_batch_len;
+  // With several ranks the global loss is known at log steps; until the
+  // first one, this rank's share scaled by the world size estimates it.
+  if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
+  if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
+}
+
+void TrainingRun::show_progress(int64_t epoch, int64_t step_in_epoch) {
+  const int64_t total = prepared_.steps.total_steps;
+  const double elapsed = now_seconds() - s_.start - s_.excluded;
+  progress_.update({epoch, tc_.epochs, step_in_epoch, std::min(prepared_.steps.steps_per_epoch, total), s_.last_loss,
+                    static_cast<double>(s_.samples) / std::max(elapsed, 1e-9),
+                    elapsed / static_cast<double>(s_.step) * static_cast<double>(total - s_.step)});
+}
+
+// Summary lines of a log interval: global loss, per-phase means, spread, straggler.
+void TrainingRun::log_interval(float lr, int64_t epoch) {
+  const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(world_, s_.window);
+  double loss_sum = 0;
+  for (const PhaseTimes& t : ranks) loss_sum += t.loss_sum;
+  s_.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.window.steps, 1));
+  const double now = now_seconds();
+  const double rate = static_cast<double>(s_.window_samples) / std::max(now - s_.window_start, 1e-9);
+  if (metrics_) {
+    write_step_line(ranks, lr, epoch, rate, now);
+    report_.add_step(s_.step, s_.last_loss, rate);
+    report_.add_phase_window(ranks);
+    if (const std::optional<int> slow = detector_.observe(ranks)) {
+      const std::string note = "step " + std::to_string(s_.step) + ": " + detector_.describe(ranks, *slow);
+      progress_.message("warning: " + note);
+      report_.add_note(note);
+      metrics_->write(obs::JsonObject().add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note));
     }
   }
-  progress.finish();
-  summary.steps = s.step;
-  summary.samples = s.samples;
-  summary.final_train_loss = s.last_loss;
-  summary.train_seconds = now_seconds() - s.start - s.excluded;
-  summary.samples_per_s = static_cast<double>(s.samples) / std::max(summary.train_seconds, 1e-9);
-  summary.gemm_gflops_per_s = static_cast<double>(kernels::gemm_flops() - flops_start - flops_excluded) / 1e9 /
-                              std::max(summary.train_seconds, 1e-9);
-  const obs::PhaseBreakdown phases = report.phase_breakdown();
+  s_.window = PhaseTimes{};
+  s_.window_samples = 0;
+  s_.window_start = now;
+}
+
+void TrainingRun::write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate,
+                                  double now) {
+  double slowest = 0, fastest = 1e300;
+  int slowest_rank = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double ms = ranks[r].total() / static_cast<double>(std::max<int64_t>(ranks[r].steps, 1)) * 1e3;
+    if (ms > slowest) slowest = ms, slowest_rank = static_cast<int>(r);
+    fastest = std::min(fastest, ms);
+  }
+  obs::JsonObject line;
+  line.add("type", "step").add("step", s_.step).add("epoch", epoch).add("loss", s_.last_loss)
+      .add("lr", static_cast<double>(lr)).add("samples_per_s", rate).add("wall_time", now - s_.start);
+  for (int p = 0; p < parallel::kPhaseCount; ++p)
+    line.add(std::string(parallel::phase_name(static_cast<Phase>(p))) + "_ms", mean_ms(ranks, static_cast<Phase>(p)));
+  line.add("world_size", static_cast<int64_t>(ranks.size())).add("step_ms_min", fastest)
+      .add("step_ms_max", slowest).add("slowest_rank", slowest_rank);
+  metrics_->write(line);
+}
+
+// Evaluation time and GEMM work stay out of the training throughput.
+void TrainingRun::evaluate_epoch(int64_t epoch) {
+  const double eval_start = now_seconds();
+  const uint64_t eval_flops = kernels::gemm_flops();
+  const EvalResult r = evaluate_world(model(), prepared_.test_set, world_);
+  flops_excluded_ += kernels::gemm_flops() - eval_flops;
+  summary_.test_loss = r.loss;
+  summary_.test_accuracy = r.accuracy;
+  summary_.evaluated = true;
+  if (metrics_)
+    metrics_->write(obs::JsonObject()
+                        .add("type", "epoch").add("epoch", epoch).add("step", s_.step)
+                        .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
+                        .add("wall_time", now_seconds() - s_.start));
+  report_.add_epoch(epoch, r.loss, r.accuracy);
+  progress_.finish();
+  char line[160];
+  std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f",
+                static_cast<long long>(epoch + 1), r.loss, r.accuracy);
+  progress_.message(line);
+  const double eval_end = now_seconds();
+  if (s_.step <= config_.output.trace_steps) trace_->span("compute", "evaluate", eval_start, eval_end);
+  s_.excluded += eval_end - eval_start;
+  s_.window_start += eval_end - eval_start;
+}
+
+void TrainingRun::summarize() {
+  summary_.steps = s_.step;
+  summary_.samples = s_.samples;
+  summary_.final_train_loss = s_.last_loss;
+  summary_.train_seconds = now_seconds() - s_.start - s_.excluded;
+  summary_.samples_per_s = static_cast<double>(s_.samples) / std::max(summary_.train_seconds, 1e-9);
+  summary_.gemm_gflops_per_s = static_cast<double>(kernels::gemm_flops() - flops_start_ - flops_excluded_) / 1e9 /
+                               std::max(summary_.train_seconds, 1e-9);
+  const obs::PhaseBreakdown phases = report_.phase_breakdown();
   double comm_share = 0;
   for (const std::vector<double>& row : phases.ms_per_step) {
     double total = 0;
     for (double ms : row) total += ms;
     comm_share += total > 0 ? row[static_cast<size_t>(Phase::kComm)] / total : 0.0;
   }
-  summary.exposed_comm_share = phases.ms_per_step.empty() ? 0 : comm_share / static_cast<double>(phases.ms_per_step.size());
-  if (config.output.trace_steps > 0) trace.write(summary.run_dir + "/trace.rank" + std::to_string(rank) + ".json");
-  if (!leader) return summary;
-  if (config.output.save_weights) {
-    summary.weights_path = summary.run_dir + "/model.safetensors";
-    save_weights(model, summary.weights_path, config, s.step, epochs_run);
-  }
-  obs::JsonObject final_line;
-  final_line.add("type", "summary").add("steps", s.step).add("samples", s.samples).add("world_size", world_size)
-      .add("train_seconds", summary.train_seconds).add("samples_per_s", summary.samples_per_s)
-      .add("gemm_gflops_per_s", summary.gemm_gflops_per_s).add("final_train_loss", summary.final_train_loss)
-      .add("exposed_comm_share", summary.exposed_comm_share);
-  if (summary.evaluated) final_line.add("test_loss", summary.test_loss).add("test_accuracy", summary.test_accuracy);
-  metrics->write(final_line);
-  if (config.output.report) {
-    char rate[64];
-    std::snprintf(rate, sizeof rate, "%.0f samples/s", summary.samples_per_s);
-    report.add_fact("model", config.model.kind + ", " + std::to_string(model.num_parameters()) + " parameters");
-    report.add_fact("ranks", std::to_string(world_size) + (multi_rank(world) ? " (" + backend + ")" : ""));
-    report.add_fact("steps", std::to_string(s.step) + " of global batch " + std::to_string(tc.batch_size));
-    report.add_fact("throughput", rate);
-    if (summary.evaluated) report.add_fact("final test accuracy", std::to_string(summary.test_accuracy));
-    report.add_fact("exposed communication", std::to_string(summary.exposed_comm_share * 100).substr(0, 5) + "% of step time");
-    report.write(summary.run_dir + "/report.html", "gradmesh run " + summary.run_dir);
-  }
-  return summary;
+  summary_.exposed_comm_share =
+      phases.ms_per_step.empty() ? 0 : comm_share / static_cast<double>(phases.ms_per_step.size());
+}
+
+void TrainingRun::write_summary_line() {
+  const TrainSummary& s = summary_;
+  obs::JsonObject line;
+  line.add("type", "summary").add("steps", s.steps).add("samples", s.samples).add("world_size", world_size_)
+      .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s)
+      .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
+      .add("exposed_comm_share", s.exposed_comm_share);
+  if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);
+  metrics_->write(line);
+}
+
+void TrainingRun::write_report() {
+  const TrainSummary& s = summary_;
+  const std::string backend = world_ ? world_->backend() : "none";
+  char rate[64];
+  std::snprintf(rate, sizeof rate, "%.0f samples/s", s.samples_per_s);
+  report_.add_fact("model", config_.model.kind + ", " + std::to_string(model().num_parameters()) + " parameters");
+  report_.add_fact("ranks", std::to_string(world_size_) + (multi_rank(world_) ? " (" + backend + ")" : ""));
+  report_.add_fact("steps", std::to_string(s.steps) + " of global batch " + std::to_string(tc_.batch_size));
+  report_.add_fact("throughput", rate);
+  if (s.evaluated) report_.add_fact("final test accuracy", std::to_string(s.test_accuracy));
+  report_.add_fact("exposed communication", std::to_string(s.exposed_comm_share * 100).substr(0, 5) + "% of step time");
+  report_.write(s.run_dir + "/report.html", "gradmesh run " + s.run_dir);
+}
+
+}  // namespace
+
+TrainSummary run_training(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group) {
+  return TrainingRun(config, progress_stream, std::move(group)).run();
 }
 
 }  // namespace gradmesh::train
