@@ -33,12 +33,12 @@ TEST(LaunchOptions, ParsesNodeAndProcessCounts) {
   EXPECT_EQ(parse_nnodes("4"), 4);
   EXPECT_EQ(parse_nnodes("3:3"), 3);
   EXPECT_NE(usage_error([] { parse_nnodes("1:2"); }).find("elastic ranges"), std::string::npos);
-  for (const char* bad : {"0", "", "-1", "two", "2:", ":2", "1.5"})
+  for (const char* bad : {"0", "", "-1", "two", "2:", ":2", "1.5", " 2", "+2", "0x2", "99999999999999999999"})
     EXPECT_NE(usage_error([&] { parse_nnodes(bad); }).find("--nnodes"), std::string::npos) << bad;
 
   EXPECT_EQ(parse_nproc_per_node("3"), 3);
   EXPECT_GE(parse_nproc_per_node("auto"), 1);
-  for (const char* bad : {"0", "", "-2", "x", "4097"})
+  for (const char* bad : {"0", "", "-2", "x", "4097", "+2", "2 ", "1e3", "9223372036854775808"})
     EXPECT_NE(usage_error([&] { parse_nproc_per_node(bad); }).find("--nproc-per-node"), std::string::npos) << bad;
 }
 
@@ -63,6 +63,9 @@ TEST(LaunchOptions, ValidationNamesTheFlag) {
     o.nnodes = 2; o.rdzv_id = "x"; o.rdzv_endpoint = "file:///tmp/x"; o.max_restarts = 1;
   });
   expect_flag("--join-timeout", [](LaunchOptions& o) { o.join_timeout_s = 0; });
+  // Values that would overflow the conversion to milliseconds.
+  expect_flag("--join-timeout", [](LaunchOptions& o) { o.join_timeout_s = 1e300; });
+  expect_flag("--grace-period", [](LaunchOptions& o) { o.grace_period_s = 1e300; });
 }
 
 TEST(LaunchOptions, RunIds) {

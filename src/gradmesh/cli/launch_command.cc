@@ -1,9 +1,8 @@
 #include "gradmesh/cli/launch_command.h"
 
-#include <cstdlib>
-
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
 
@@ -15,14 +14,9 @@ constexpr const char* kFooter =
     "MASTER_ADDR, MASTER_PORT, ... set as torchrun sets them. Exit codes and the full environment: docs/launch.md.\n"
     "Example: gradmesh launch --nproc-per-node 4 -- python3 train.py --epochs 3";
 
-double join_timeout_from_env() {
-  const std::string text = env_string("GRADMESH_COMM_TIMEOUT");
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(seconds > 0))
-    throw_error(ErrorKind::kUsage, "environment variable GRADMESH_COMM_TIMEOUT",
-                "expected a positive number of seconds, got '" + text + "'");
-  return seconds;
+// Flag values in seconds, by the grammar of core/parse_number.h.
+double seconds_flag(const std::string& text, const char* flag, double min, double max) {
+  return parse_double(text, flag, min, max, ErrorKind::kUsage);
 }
 
 }  // namespace
@@ -51,10 +45,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   launch->add_option("--max-restarts,--max_restarts", a.max_restarts, "Restart the workers after a failure, N times")
       ->capture_default_str()
       ->type_name("N");
-  launch->add_option("--join-timeout,--join_timeout", a.join_timeout_s,
+  launch->add_option("--join-timeout,--join_timeout", a.join_timeout,
                      "Seconds to wait for all nodes (default: GRADMESH_COMM_TIMEOUT, 300)")
       ->type_name("SECONDS");
-  launch->add_option("--grace-period,--grace_period", a.grace_period_s,
+  launch->add_option("--grace-period,--grace_period", a.grace_period,
                      "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str()
       ->type_name("SECONDS");
@@ -76,8 +70,11 @@ int run_launch(const LaunchArgs& a) {
   o.master_addr = a.master_addr;
   o.master_port = a.master_port;
   o.max_restarts = a.max_restarts;
-  o.join_timeout_s = a.join_timeout_s < 0 ? join_timeout_from_env() : a.join_timeout_s;
-  o.grace_period_s = a.grace_period_s;
+  o.join_timeout_s = a.join_timeout.empty()
+                         ? static_cast<double>(env_comm_timeout().count()) / 1000.0
+                         : seconds_flag(a.join_timeout, "--join-timeout", elastic::kMinJoinTimeoutSeconds,
+                                        elastic::kMaxJoinTimeoutSeconds);
+  o.grace_period_s = seconds_flag(a.grace_period, "--grace-period", 0, elastic::kMaxGracePeriodSeconds);
   o.command = a.command;
   return elastic::run_launcher(o);
 }

@@ -23,8 +23,8 @@ struct LaunchArgs {
   std::string master_addr;
   int master_port = 0;
   int max_restarts = 0;
-  double join_timeout_s = -1;  // < 0: GRADMESH_COMM_TIMEOUT
-  double grace_period_s = 10;
+  std::string join_timeout;  // seconds; empty: GRADMESH_COMM_TIMEOUT
+  std::string grace_period = "10";  // seconds
   bool standalone = false;
   std::vector<std::string> command;
 };

@@ -141,7 +141,7 @@ void CheckedProcessGroup::wait_inner(const std::shared_ptr<Work>& work) {
       throw_error(ErrorKind::kComm, work->description(), "cancelled: the checked group is being destroyed");
 }
 
-void CheckedProcessGroup::exchange_and_compare(const Call& call, Millis timeout) {
+void CheckedProcessGroup::exchange_and_compare(const Call& call, std::optional<Millis> timeout) {
   const int size = inner_->size();
   Tensor mine = Tensor::empty({kFingerprintFloats});
   Tensor all = Tensor::empty({kFingerprintFloats * size});
@@ -155,7 +155,7 @@ void CheckedProcessGroup::exchange_and_compare(const Call& call, Millis timeout)
     if (!(other == call)) throw Error(ErrorKind::kComm, mismatch_message(calls, call.seq));
 }
 
-std::shared_ptr<Work> CheckedProcessGroup::checked(const Call& call, Millis timeout, InnerOp op) {
+std::shared_ptr<Work> CheckedProcessGroup::checked(const Call& call, std::optional<Millis> timeout, InnerOp op) {
   // Called with issue_mutex_ held, so queue order is numbering order.
   return enqueue(call_text(call) + " #" + std::to_string(call.seq),
                          [this, call, timeout, op = std::move(op)] {
@@ -261,7 +261,7 @@ std::shared_ptr<ProcessGroup> CheckedProcessGroup::new_group(const std::vector<i
     call.count = static_cast<int64_t>(ranks.size());
     call.extra = static_cast<int64_t>(XXH3_64bits(ranks.data(), ranks.size() * sizeof(int)));
     work = enqueue(call_text(call) + " #" + std::to_string(call.seq), [this, call, ranks, result] {
-      exchange_and_compare(call, kDefaultTimeout);
+      exchange_and_compare(call, std::nullopt);  // the inner group's timeout
       *result = inner_->new_group(ranks);
     });
   }

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,10 +75,11 @@ class CheckedProcessGroup final : public ProcessGroup {
  private:
   using InnerOp = std::function<std::shared_ptr<Work>()>;
   // Queues: exchange fingerprints, compare, then run `op` on the inner group.
-  std::shared_ptr<Work> checked(const Call& call, Millis timeout, InnerOp op);
+  // `timeout` is the caller's option, passed on as given (empty: the inner group's).
+  std::shared_ptr<Work> checked(const Call& call, std::optional<Millis> timeout, InnerOp op);
   // Fails at once on a broken group; a failing body breaks it.
   std::shared_ptr<Work> enqueue(const std::string& description, std::function<void()> body);
-  void exchange_and_compare(const Call& call, Millis timeout);
+  void exchange_and_compare(const Call& call, std::optional<Millis> timeout);
   // Waits for an inner Work (which honours its own deadline); cancellable by the destructor.
   void wait_inner(const std::shared_ptr<Work>& work);
   Call collective(int64_t kind, const Tensor* tensor);

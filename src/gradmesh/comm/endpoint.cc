@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <thread>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -15,10 +18,6 @@ constexpr const char* kExpected = "expected file:///dir or redis://[:password@]h
 [[noreturn]] void bad_endpoint(const std::string& endpoint, const std::string& why) {
   throw_error(ErrorKind::kUsage, "rendezvous endpoint '" + redact_endpoint(endpoint) + "'",
               why.empty() ? std::string(kExpected) : why + "; " + kExpected);
-}
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 int hex_digit(char c) {
@@ -81,14 +80,14 @@ void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& o
   }
   if (out.host.empty()) bad_endpoint(endpoint, "missing host");
   if (has_port) {
-    if (!all_digits(port) || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535)
-      bad_endpoint(endpoint, "port '" + port + "' is not a number in 1..65535");
-    out.port = std::stoi(port);
+    const std::optional<int64_t> number = try_parse_int(port, 1, 65535);
+    if (!number) bad_endpoint(endpoint, "port '" + port + "' is not a number in 1..65535");
+    out.port = static_cast<int>(*number);
   }
   if (!db.empty()) {
-    if (!all_digits(db) || db.size() > 9)
-      bad_endpoint(endpoint, "database '" + db + "' is not a non-negative integer");
-    out.db = std::stoi(db);
+    const std::optional<int64_t> number = try_parse_int(db, 0, std::numeric_limits<int>::max());
+    if (!number) bad_endpoint(endpoint, "database '" + db + "' is not a non-negative integer");
+    out.db = static_cast<int>(*number);
   }
 }
 

@@ -1,6 +1,8 @@
 #include "gradmesh/comm/environment.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 
 #include "gradmesh/comm/mpi/process_group.h"
 #include "gradmesh/core/env.h"
@@ -9,20 +11,15 @@
 namespace gradmesh::comm {
 namespace {
 
+// Ranks, sizes and generations: non-negative, and small enough for an int.
+constexpr int64_t kMaxValue = 1'000'000;
+
 int int_var(const char* name, int fallback, bool required) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
-    if (required)
-      throw_error(ErrorKind::kUsage, std::string("environment variable ") + name,
-                  "not set; start workers with gradmesh launch (or mpirun)");
-    return fallback;
-  }
-  char* end = nullptr;
-  const long parsed = std::strtol(value, &end, 10);
-  if (*end != '\0' || parsed < 0 || parsed > 1'000'000)
+  const std::optional<int64_t> value = env_int(name, 0, kMaxValue);
+  if (!value && required)
     throw_error(ErrorKind::kUsage, std::string("environment variable ") + name,
-                "expected a non-negative integer, got '" + std::string(value) + "'");
-  return static_cast<int>(parsed);
+                "not set; start workers with gradmesh launch (or mpirun)");
+  return value ? static_cast<int>(*value) : fallback;
 }
 
 }  // namespace

@@ -8,13 +8,14 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -180,12 +181,12 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
   std::optional<std::string> current = read_key(key);
   int64_t value = 0;
   if (current) {
-    const char* end = current->data() + current->size();
-    auto [ptr, ec] = std::from_chars(current->data(), end, value);
-    if (ec != std::errc() || ptr != end || current->empty())
+    const std::optional<int64_t> number = try_parse_int(*current);
+    if (!number)
       throw_error(ErrorKind::kFormat, describe(),
                   "add to key '" + printable_key(key) + "': its value " + quoted_value(*current) +
                       " is not a decimal integer; add only works on keys that add created or that were set to a number");
+    value = *number;
   }
   int64_t result = 0;
   if (__builtin_add_overflow(value, delta, &result))

@@ -1,5 +1,7 @@
 #include "gradmesh/comm/process_group.h"
 
+#include "gradmesh/core/env.h"
+
 namespace gradmesh::comm {
 
 const char* reduce_op_name(ReduceOp op) {
@@ -10,6 +12,10 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kMin: return "min";
   }
   return "?";
+}
+
+Millis group_timeout(const ProcessGroupOptions& options) {
+  return options.timeout ? *options.timeout : env_comm_timeout();
 }
 
 }  // namespace gradmesh::comm

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* reduce_op_name(ReduceOp op);
 
 struct CollectiveOptions {
-  Millis timeout = kDefaultTimeout;
+  // This operation's deadline; nullopt: the group's timeout. Any value set
+  // here is honoured as given, 300 s included.
+  std::optional<Millis> timeout;
   // Run on the group's communication thread even when small, so the caller
   // can compute while it runs (the data-parallel reducer sets it). By
   // default, a small operation issued while nothing is queued runs on the
@@ -79,11 +82,17 @@ class ProcessGroup {
 
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto | shm | gloo | hier | mpi
-  Millis timeout = kDefaultTimeout;
+  // Bounds the rendezvous and is every operation's default deadline;
+  // nullopt: GRADMESH_COMM_TIMEOUT (core/env.h), 300 s when that is unset.
+  std::optional<Millis> timeout;
   bool check = false;            // fingerprint every collective (also GRADMESH_COMM_CHECK=1)
   std::string hostname;          // this host's address for TCP backends ("" = from the environment)
   int local_rank = -1, local_size = -1;  // ranks on this host (-1 = from the environment)
 };
+
+// options.timeout, or GRADMESH_COMM_TIMEOUT when it is unset (a bad value of
+// the variable is Error(kUsage) naming it).
+Millis group_timeout(const ProcessGroupOptions& options);
 
 // Builds a group of `size` ranks through `store` with the named backend
 // (the one registry of backends: comm/registry.cc). An unknown or unavailable

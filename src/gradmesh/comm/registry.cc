@@ -1,5 +1,4 @@
 // The one registry of process-group backends: which exist, and which `auto` picks.
-#include <cstdlib>
 #include <string>
 
 #include "gradmesh/comm/checked_process_group.h"
@@ -15,17 +14,7 @@ namespace gradmesh::comm {
 namespace {
 
 constexpr const char* kBackends = "shm, gloo, hier, mpi (or auto)";
-
-int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  const long parsed = std::strtol(value, &end, 10);
-  if (*end != '\0' || parsed < 0 || parsed > 1'000'000)
-    throw_error(ErrorKind::kUsage, std::string("environment variable ") + name,
-                "expected a non-negative integer, got '" + std::string(value) + "'");
-  return static_cast<int>(parsed);
-}
+constexpr int64_t kMaxRanks = 1'000'000;
 
 // auto: mpi under mpirun; shm when every rank shares this host; hier when hosts
 // hold several ranks each; gloo with one rank per host.
@@ -43,10 +32,16 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (size < 1 || rank < 0 || rank >= size)
     throw_error(ErrorKind::kUsage, "process group",
                 "rank " + std::to_string(rank) + " outside a world of " + std::to_string(size));
-  const int local_size = options.local_size >= 0 ? options.local_size : env_int("LOCAL_WORLD_SIZE", size);
-  const int local_rank = options.local_rank >= 0 ? options.local_rank : env_int("LOCAL_RANK", rank % local_size);
+  const int local_size = options.local_size >= 0
+                             ? options.local_size
+                             : static_cast<int>(env_int("LOCAL_WORLD_SIZE", 1, kMaxRanks).value_or(size));
+  if (local_size < 1)
+    throw_error(ErrorKind::kUsage, "process group", "local_size " + std::to_string(local_size) + " (expected >= 1)");
+  const int local_rank = options.local_rank >= 0
+                             ? options.local_rank
+                             : static_cast<int>(env_int("LOCAL_RANK", 0, kMaxRanks).value_or(rank % local_size));
   ProcessGroupOptions resolved = options;
-  if (resolved.timeout == kDefaultTimeout) resolved.timeout = Millis{int64_t{1000} * env_int("GRADMESH_COMM_TIMEOUT", 300)};
+  resolved.timeout = group_timeout(options);
   std::string requested = options.backend;
   if (requested == "auto") requested = env_string("GRADMESH_BACKEND");
   const std::string backend = pick_backend(requested, size, local_size);
@@ -57,13 +52,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
       throw_error(ErrorKind::kUsage, "backend shm",
                   "needs every rank on one host, but LOCAL_WORLD_SIZE is " + std::to_string(local_size) + " of " +
                       std::to_string(size) + " ranks; use hier or gloo");
-    group = make_shm_process_group(store, rank, size, resolved.timeout);
+    group = make_shm_process_group(store, rank, size, *resolved.timeout);
   } else if (backend == "gloo") {
     group = make_gloo_process_group(store, rank, size, resolved);
   } else if (backend == "hier") {
     group = make_hier_process_group(store, rank, size, local_rank, local_size, resolved);
   } else if (backend == "mpi") {
-    group = make_mpi_process_group(resolved.timeout);
+    group = make_mpi_process_group(*resolved.timeout);
   } else {
     throw_error(ErrorKind::kUsage, "backend '" + backend + "'", std::string("unknown; built in: ") + kBackends);
   }

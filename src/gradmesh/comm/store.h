@@ -19,7 +19,9 @@
 namespace gradmesh::comm {
 
 using Millis = std::chrono::milliseconds;
-// Every blocking operation's default deadline, as in PyTorch (300 s).
+// The deadline of a store wait (and Work::wait) that names none, as in
+// PyTorch (300 s). A real timeout, never a marker: collectives say "use the
+// group's timeout" with an empty std::optional (process_group.h).
 inline constexpr Millis kDefaultTimeout{300'000};
 
 class Store {

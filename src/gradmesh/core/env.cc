@@ -1,10 +1,12 @@
 #include "gradmesh/core/env.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh {
 
@@ -20,7 +22,7 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_GENERATION", "0", "Restart generation of the worker group; namespaces the store so a restarted group never reads stale keys."},
       {"GRADMESH_REDIS_PASSWORD", "", "Redis AUTH password when the redis:// endpoint carries none (keeps it out of process listings)."},
       {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun, hier with several ranks per host, else gloo."},
-      {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks."},
+      {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks: a number from 0.001 to 604800 (7 days), fractions allowed (0.5). Also the default of `gradmesh launch --join-timeout`."},
       {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
       {"GRADMESH_HOSTNAME", "", "Address TCP backends listen on and other hosts reach this one at. Empty: MASTER_ADDR if it is an address of this host, else this host's address on the route to MASTER_ADDR, else the host name."},
   };
@@ -49,6 +51,19 @@ bool env_flag(const char* name, bool fallback) {
   if (value == "0" || value == "false" || value == "no" || value == "off") return false;
   throw_error(ErrorKind::kUsage, std::string("environment variable ") + name,
               "expected 1/0, true/false, yes/no or on/off, got '" + std::string(raw) + "'");
+}
+
+std::optional<int64_t> env_int(const char* name, int64_t min, int64_t max) {
+  if (std::strncmp(name, "GRADMESH_", 9) == 0) find_var(name);
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return std::nullopt;
+  return parse_int(raw, std::string("environment variable ") + name, min, max, ErrorKind::kUsage);
+}
+
+std::chrono::milliseconds env_comm_timeout() {
+  const double seconds = parse_double(env_string("GRADMESH_COMM_TIMEOUT"), "environment variable GRADMESH_COMM_TIMEOUT",
+                                      kMinCommTimeoutSeconds, kMaxCommTimeoutSeconds, ErrorKind::kUsage);
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 std::string env_markdown() {

@@ -14,12 +14,24 @@ size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "F32" : "BF16"; }
 
 int64_t shape_numel(const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw_error(ErrorKind::kShape, "shape " + shape_str(shape), "negative dimension " + std::to_string(d));
+  // A zero dimension makes any shape empty, however large the others are.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) throw_error(ErrorKind::kShape, "shape " + shape_str(shape), "negative dimension");
-    n *= d;
-  }
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw_error(ErrorKind::kShape, "shape " + shape_str(shape),
+                  "holds more elements than a 64-bit count (2^63 - 1); a dimension is far too large");
   return n;
+}
+
+int64_t shape_nbytes(const Shape& shape, DType dtype) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    throw_error(ErrorKind::kShape, "shape " + shape_str(shape),
+                std::string("needs more bytes of ") + dtype_name(dtype) + " than a 64-bit size holds");
+  return bytes;
 }
 
 std::string shape_str(const Shape& shape) {
@@ -31,9 +43,10 @@ std::string shape_str(const Shape& shape) {
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   Tensor t;
   t.shape_ = shape;
+  const int64_t bytes = shape_nbytes(shape, dtype);  // checked here, so nbytes() never overflows
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes());
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(bytes));
   return t;
 }
 
@@ -90,10 +103,11 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::slice_flat(int64_t element_offset, const Shape& shape) const {
   const int64_t n = shape_numel(shape);
-  if (element_offset < 0 || element_offset + n > numel_)
+  int64_t end = 0;
+  if (element_offset < 0 || __builtin_add_overflow(element_offset, n, &end) || end > numel_)
     throw_error(ErrorKind::kShape, "Tensor::slice_flat",
-                "elements [" + std::to_string(element_offset) + ", " + std::to_string(element_offset + n) +
-                    ") outside a tensor of " + std::to_string(numel_));
+                std::to_string(n) + " elements at offset " + std::to_string(element_offset) +
+                    " run outside a tensor of " + std::to_string(numel_));
   Tensor t = *this;
   t.offset_bytes_ += static_cast<size_t>(element_offset) * dtype_size(dtype_);
   t.shape_ = shape;

@@ -23,7 +23,10 @@ size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
 using Shape = std::vector<int64_t>;
+// Element count and byte size of a shape. A negative dimension, or a product
+// that does not fit int64, is Error(kShape) naming the shape.
 int64_t shape_numel(const Shape& shape);
+int64_t shape_nbytes(const Shape& shape, DType dtype);
 std::string shape_str(const Shape& shape);  // "[128, 784]"
 
 class Storage;
@@ -45,6 +48,7 @@ class Tensor {
   int64_t dim(int i) const;  // negative i counts from the end
   int64_t numel() const { return numel_; }
   DType dtype() const { return dtype_; }
+  // Cannot overflow: every tensor's storage was sized by shape_nbytes(), which checks.
   size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
 
   // REQUIRES: dtype() == kF32.

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -18,12 +20,11 @@ namespace {
 constexpr int kMaxProcPerNode = 4096;
 constexpr const char* kUsageLine = "usage: gradmesh launch [OPTIONS] -- COMMAND [ARGS...]";
 
-// A strict decimal parse: the whole text, no sign, no blanks.
+// A strict decimal parse (core/parse_number.h): the whole text, no blanks.
 bool parse_count(const std::string& text, int& out) {
-  if (text.empty() || text.size() > 9) return false;
-  if (!std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) return false;
-  out = std::stoi(text);
-  return true;
+  const std::optional<int64_t> value = try_parse_int(text, 0, 999'999'999);
+  if (value) out = static_cast<int>(*value);
+  return value.has_value();
 }
 
 bool is_executable_file(const std::string& path) {
@@ -115,10 +116,14 @@ void validate_launch_options(const LaunchOptions& o) {
     throw_error(ErrorKind::kUsage, "--max-restarts",
                 "restarts are supported with one node only for now (got --nnodes " + std::to_string(o.nnodes) +
                     "): a restart must restart every node's workers together");
-  if (!(o.join_timeout_s > 0))
-    throw_error(ErrorKind::kUsage, "--join-timeout", "expected a positive number of seconds");
-  if (!(o.grace_period_s >= 0))
-    throw_error(ErrorKind::kUsage, "--grace-period", "expected 0 or more seconds");
+  if (!(o.join_timeout_s >= kMinJoinTimeoutSeconds && o.join_timeout_s <= kMaxJoinTimeoutSeconds))
+    throw_error(ErrorKind::kUsage, "--join-timeout",
+                "expected seconds " + double_range_text(kMinJoinTimeoutSeconds, kMaxJoinTimeoutSeconds) + ", got " +
+                    std::to_string(o.join_timeout_s));
+  if (!(o.grace_period_s >= 0 && o.grace_period_s <= kMaxGracePeriodSeconds))
+    throw_error(ErrorKind::kUsage, "--grace-period",
+                "expected seconds " + double_range_text(0, kMaxGracePeriodSeconds) + ", got " +
+                    std::to_string(o.grace_period_s));
 }
 
 std::string find_executable(const std::string& name) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "gradmesh/core/env.h"
+
 namespace gradmesh::elastic {
 
 struct LaunchOptions {
@@ -21,10 +23,17 @@ struct LaunchOptions {
   std::string master_addr;      // empty = 127.0.0.1 with one node, else GRADMESH_HOSTNAME or the host name
   int master_port = 0;          // 0 = a port that is free on node 0 when the group starts
   int max_restarts = 0;         // restarts of the worker group after a failure (one node only, for now)
-  double join_timeout_s = 300;  // how long the rendezvous waits for all nodes to join
-  double grace_period_s = 10;   // SIGTERM (or the forwarded signal) -> SIGKILL delay when stopping workers
+  double join_timeout_s = 300;  // how long the rendezvous waits for all nodes to join (<= kMaxJoinTimeoutSeconds)
+  double grace_period_s = 10;   // SIGTERM (or the forwarded signal) -> SIGKILL delay (<= kMaxGracePeriodSeconds)
   std::vector<std::string> command;  // the worker program and its arguments
 };
+
+// Bounds of the flags given in seconds: a larger value is a typo, and would
+// overflow the conversion to milliseconds. The join timeout's matches
+// GRADMESH_COMM_TIMEOUT's, its default.
+inline constexpr double kMinJoinTimeoutSeconds = kMinCommTimeoutSeconds;
+inline constexpr double kMaxJoinTimeoutSeconds = kMaxCommTimeoutSeconds;
+inline constexpr double kMaxGracePeriodSeconds = 3600;
 
 // "N" or "N:N" (torchrun's elastic "MIN:MAX" form with MIN == MAX). An elastic
 // range or a non-positive count is Error(kUsage) naming --nnodes.

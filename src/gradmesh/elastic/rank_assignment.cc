@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -92,12 +94,11 @@ void wait_for_nodes(comm::Store& store, const RendezvousRequest& req) {
 }
 
 int parse_positive(const std::string& text, const std::string& key, const std::string& run_label) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < 1 || value > 1'000'000)
-    throw_error(ErrorKind::kFormat, run_label, "store key '" + key + "' holds '" + text + "', expected a positive count");
-  return static_cast<int>(value);
+  const std::optional<int64_t> value = try_parse_int(text, 1, 1'000'000);
+  if (!value)
+    throw_error(ErrorKind::kFormat, run_label,
+                "store key '" + key + "' holds '" + text + "', expected a positive count (1 to 1000000)");
+  return static_cast<int>(*value);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -110,8 +112,8 @@ class Supervisor {
       if (!peers_->check({kFailureKey})) return;
       const std::string value = peers_->get(kFailureKey, Millis{1000});
       const size_t newline = value.find('\n');
-      peer_exit_code_ = std::atoi(value.substr(0, newline).c_str());
-      if (peer_exit_code_ <= 0 || peer_exit_code_ > 255) peer_exit_code_ = 1;
+      // Anything but an exit code 1..255 still means the peer failed: 1.
+      peer_exit_code_ = static_cast<int>(try_parse_int(std::string_view(value).substr(0, newline), 1, 255).value_or(1));
       peer_reason_ = newline == std::string::npos ? value : value.substr(newline + 1);
       begin_stop(Cause::kPeer, SIGTERM);
     } catch (const Error& e) {

@@ -113,7 +113,10 @@ double GradientReducer::finish_step() {
   launch_in_order();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     comm::Work& work = *work_[b];
-    if (!work.wait(options_.timeout))
+    bool reduced = options_.timeout ? work.wait(*options_.timeout) : false;
+    // No timeout of the reducer's own: the group's applies, and the group fails the Work when it expires.
+    while (!options_.timeout && !reduced) reduced = work.wait(comm::kDefaultTimeout);
+    if (!reduced)
       throw_error(ErrorKind::kTimeout, work.description(),
                   "gradient bucket " + std::to_string(b) + " was not reduced within the timeout");
     spans_[b].start_s = work.start_time_s();

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gradmesh/autograd/tape.h"
@@ -44,7 +45,7 @@ struct ReducerOptions {
   int64_t first_bucket_bytes = int64_t{1} << 20;
   bool bf16 = false;    // send BF16 (summed in float32 by the backends), widen back after
   bool overlap = true;  // false: launch every bucket only in finish(), after backward
-  comm::Millis timeout = comm::kDefaultTimeout;
+  std::optional<comm::Millis> timeout;  // each bucket's all-reduce; empty: the group's timeout
 };
 
 // A run of parameters [first_param, end_param) = flat elements [offset, offset + numel).

@@ -1,11 +1,11 @@
 #include "gradmesh/comm/gloo/failure_census.h"
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <string_view>
 
 #include "gradmesh/comm/endpoint.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::comm::gloo_backend {
 namespace {
@@ -25,12 +25,11 @@ struct Record {
 bool parse_census_record(const std::string& text, int64_t* seq, bool* timed_out) {
   const size_t space = text.find(' ');
   if (space == std::string::npos || space == 0) return false;
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + space, value);
-  if (ec != std::errc{} || end != text.data() + space || value < 0) return false;
+  const std::optional<int64_t> value = try_parse_int(std::string_view(text).substr(0, space), 0);
+  if (!value) return false;
   const std::string_view kind = std::string_view(text).substr(space + 1);
   if (kind != kTimedOut && kind != kFailed) return false;
-  *seq = value;
+  *seq = *value;
   *timed_out = kind == kTimedOut;
   return true;
 }

@@ -95,8 +95,9 @@ class GlooProcessGroup final : public ProcessGroup {
     std::shared_ptr<std::atomic<bool>> done;
   };
 
-  // kDefaultTimeout (an option left alone) means the group's timeout.
-  Millis effective(Millis timeout) const { return timeout == kDefaultTimeout ? options_.timeout : timeout; }
+  // An operation's timeout left empty means the group's (options_.timeout,
+  // always set: make_gloo_process_group resolves it).
+  Millis effective(std::optional<Millis> timeout) const { return timeout.value_or(*options_.timeout); }
   std::string rank_text(int rank) const;
   void check_tensor(const Tensor& tensor, const char* op) const;
   std::shared_ptr<Work> submit(const std::string& name, const std::string& details,
@@ -182,8 +183,8 @@ std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const 
   // Gloo's pairs keep this timeout for every later wait (the watchdog enforces
   // each operation's own deadline first); it also bounds connecting, which
   // Gloo waits for up to 5x this, so it stays close to the group's timeout.
-  context->setTimeout(options_.timeout + kGlooBackstop);
-  GlooStoreAdapter adapter(store, options_.timeout);
+  context->setTimeout(*options_.timeout + kGlooBackstop);
+  GlooStoreAdapter adapter(store, *options_.timeout);
   try {
     context->connectFullMesh(adapter, device_);
   } catch (const Error&) {
@@ -213,7 +214,7 @@ void GlooProcessGroup::agree_on_synchronous_use() {
     keys.push_back(key("sync_max_bytes", r));
     keys.push_back(key("peers_on_this_host", r));
   }
-  store_->wait(keys, options_.timeout);
+  store_->wait(keys, *options_.timeout);
   const auto malformed = [&](const std::string& name, const std::string& text, const char* expected) {
     throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe(),
                 "key '" + name + "' holds '" + text + "', expected " + expected +
@@ -222,13 +223,13 @@ void GlooProcessGroup::agree_on_synchronous_use() {
   sync_max_bytes_ = kSyncMaxBytes;
   peers_on_this_host_ = true;
   for (int r = 0; r < size_; ++r) {
-    const std::string limit = store_->get(key("sync_max_bytes", r), options_.timeout);
+    const std::string limit = store_->get(key("sync_max_bytes", r), *options_.timeout);
     size_t value = 0;
     const auto [end, error] = std::from_chars(limit.data(), limit.data() + limit.size(), value);
     if (limit.empty() || error != std::errc() || end != limit.data() + limit.size())
       malformed(key("sync_max_bytes", r), limit, "a byte count");
     sync_max_bytes_ = std::min(sync_max_bytes_, value);
-    const std::string local = store_->get(key("peers_on_this_host", r), options_.timeout);
+    const std::string local = store_->get(key("peers_on_this_host", r), *options_.timeout);
     if (local != "0" && local != "1") malformed(key("peers_on_this_host", r), local, "0 or 1");
     peers_on_this_host_ = peers_on_this_host_ && local == "1";
   }
@@ -276,7 +277,7 @@ void GlooProcessGroup::say_goodbye() {
     if (queue_.broken() || !connected) return;
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));
-    poll_until(std::min(options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
+    poll_until(std::min(*options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
   } catch (const std::exception&) {
     // A store that fails now only costs the protection above.
   }
@@ -651,7 +652,9 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> sto
   // share one store without reading each other's addresses.
   const int64_t instance = store->add("gloo/instances/" + std::to_string(rank), 1);
   auto prefixed = std::make_shared<PrefixStore>(std::move(store), "gloo/" + std::to_string(instance));
-  return std::make_shared<gloo_backend::GlooProcessGroup>(std::move(prefixed), rank, size, options, nullptr,
+  ProcessGroupOptions resolved = options;
+  resolved.timeout = group_timeout(options);
+  return std::make_shared<gloo_backend::GlooProcessGroup>(std::move(prefixed), rank, size, resolved, nullptr,
                                                           std::move(ranks));
 }
 

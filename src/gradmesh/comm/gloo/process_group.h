@@ -40,8 +40,8 @@
 //                   sharing this group's device.
 //
 // Timeouts: an operation's deadline is its options.timeout, counted from
-// when it starts; left at kDefaultTimeout it means the group's timeout
-// (options.timeout at construction), as in the shm backend. A watchdog
+// when it starts; left empty it means the group's timeout (options.timeout
+// at construction, or GRADMESH_COMM_TIMEOUT), as in the shm backend. A watchdog
 // (op_watchdog.h) enforces it by shutting the group's connections down.
 // Gloo's own per-wait timeouts are the group's timeout + 1 s, a backstop
 // that also caps any single wait of the tuned all-reduce: an operation may

@@ -1,10 +1,11 @@
 #include "gradmesh/comm/gloo/store_adapter.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
+#include <limits>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::comm::gloo_backend {
 namespace {
@@ -20,10 +21,7 @@ std::string seconds_text(Millis timeout) {
 int rank_of_rendezvous_key(const std::string& key) {
   std::string_view digits = key;
   if (digits.rfind("rank_", 0) == 0) digits.remove_prefix(5);
-  int rank = -1;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
-  if (ec != std::errc{} || end != digits.data() + digits.size() || digits.empty()) return -1;
-  return rank;
+  return static_cast<int>(try_parse_int(digits, 0, std::numeric_limits<int>::max()).value_or(-1));
 }
 
 GlooStoreAdapter::GlooStoreAdapter(std::shared_ptr<comm::Store> store, Millis timeout)

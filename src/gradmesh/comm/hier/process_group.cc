@@ -13,9 +13,9 @@ class HierProcessGroup : public ProcessGroup {
   HierProcessGroup(std::shared_ptr<Store> store, int rank, int size, int local_rank, int local_size,
                    const ProcessGroupOptions& options)
       : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size), host_(rank / local_size),
-        timeout_(options.timeout) {
+        timeout_(group_timeout(options)) {
     local_ = make_shm_process_group(std::make_shared<PrefixStore>(store, "hier/host" + std::to_string(host_)),
-                                    local_rank, local_size, options.timeout);
+                                    local_rank, local_size, timeout_);
     if (local_rank == 0)
       leaders_ = make_gloo_process_group(std::make_shared<PrefixStore>(store, "hier/leaders"), host_,
                                          size / local_size, options);
@@ -126,9 +126,10 @@ class HierProcessGroup : public ProcessGroup {
   }
 
   void wait(const std::shared_ptr<Work>& work, const CollectiveOptions& options) {
-    if (!work->wait(options.timeout))
+    const Millis timeout = options.timeout.value_or(timeout_);  // empty: the group's
+    if (!work->wait(timeout))
       throw_error(ErrorKind::kTimeout, work->description(),
-                  "timed out after " + std::to_string(options.timeout.count() / 1000.0) + " s");
+                  "timed out after " + std::to_string(timeout.count() / 1000.0) + " s");
   }
 
   void fan_out(Tensor& tensor, const CollectiveOptions& options) {

@@ -199,8 +199,10 @@ class MpiProcessGroup : public ProcessGroup {
   // short sleeps. On timeout, `buffers` (what the request reads and writes)
   // are kept alive with the group, since MPI may still complete the abandoned
   // request; a collective's error then names the ranks that never arrived.
-  void complete(MPI_Request& request, const std::string& what, Millis timeout, std::vector<Tensor> buffers,
-                bool collective = true) {
+  // An empty `requested` timeout means the group's.
+  void complete(MPI_Request& request, const std::string& what, std::optional<Millis> requested,
+                std::vector<Tensor> buffers, bool collective = true) {
+    const Millis timeout = requested.value_or(timeout_);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int done = 0;
     for (int polls = 0;; ++polls) {

@@ -12,8 +12,8 @@
 // computation sets options.background, which always queues it.
 //
 // Timeouts: an operation's deadline is its options.timeout counted from when
-// it starts executing; an options.timeout left at kDefaultTimeout means the
-// group's timeout (the one given at construction). A timeout or a dead peer
+// it starts executing; an options.timeout left empty means the group's
+// timeout (the one given at construction). A timeout or a dead peer
 // fails the Work with Error(kTimeout / kComm) naming the operation, its
 // sequence number and the ranks that did not arrive, aborts the segment (the
 // other ranks' waits fail at once, naming this rank) and breaks the group.
@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,7 @@ class ShmProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> submit(const char* op, const std::string& detail, size_t bytes,
                                const CollectiveOptions& options, Body body);
   void run_body(const std::string& description, Millis timeout, const Body& body);
-  Millis effective(Millis timeout) const { return timeout == kDefaultTimeout ? timeout_ : timeout; }
+  Millis effective(std::optional<Millis> timeout) const { return timeout.value_or(timeout_); }
   void check_tensor(const Tensor& tensor, const char* op, const char* role) const;
   void check_peer(int peer, const char* op) const;
 

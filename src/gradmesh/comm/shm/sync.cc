@@ -9,12 +9,13 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
+
+#include "gradmesh/core/parse_number.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -98,7 +99,7 @@ std::optional<ProcStat> read_proc_stat(const std::string& path) {
   std::string field;
   for (int index = 3; index <= 22 && (fields >> field); ++index) {
     if (index == 3) stat.state = field.empty() ? '?' : field[0];
-    if (index == 22) stat.start_time = std::strtoull(field.c_str(), nullptr, 10);
+    if (index == 22) stat.start_time = static_cast<uint64_t>(try_parse_int(field, 0).value_or(0));  // 0: unknown
   }
   return stat;
 }
