@@ -307,7 +307,7 @@ TEST(ConfigErrors, EveryNumberHasAnUpperBound) {
   EXPECT_EQ(config_error("", {"parallel.first_bucket_mb=1e300"}),
             "--set parallel.first_bucket_mb=1e300: parallel.first_bucket_mb: expected a number in (0, 65536], got 1e+300");
   EXPECT_EQ(config_error("[parallel]\ntimeout_s = 1e300\n"),
-            "cfg.toml: parallel.timeout_s: expected a number in (0, 604800], got 1e+300");
+            "cfg.toml: parallel.timeout_s: expected a number in [0, 604800], got 1e+300");
   EXPECT_EQ(config_error("[model]\nhidden = [512, 1048577]\n"),
             "cfg.toml: model.hidden[1]: expected an integer in [1, 1048576], got 1048577");
   EXPECT_EQ(config_error("[model]\nchannels = [9223372036854775807]\n"),

@@ -34,6 +34,16 @@ TEST(ReducerOptions, ConvertsMebibytesAndSeconds) {
   EXPECT_TRUE(o.bf16);
 }
 
+TEST(ReducerOptions, ZeroTimeoutLeavesTheGroupsAndThreeHundredIsReal) {
+  ParallelConfig c;
+  EXPECT_EQ(c.timeout_s, 0.0);  // the default: GRADMESH_COMM_TIMEOUT decides
+  EXPECT_FALSE(collective_timeout(c).has_value());
+  EXPECT_FALSE(reducer_options(c).timeout.has_value());
+  c.timeout_s = 300;
+  EXPECT_EQ(collective_timeout(c), comm::Millis(300'000));
+  EXPECT_EQ(reducer_options(c).timeout, comm::Millis(300'000));
+}
+
 TEST(ReducerOptions, NumbersBeyondTheSchemaNeverReachACast) {
   ParallelConfig c;
   c.bucket_mb = 1e300;
@@ -43,9 +53,9 @@ TEST(ReducerOptions, NumbersBeyondTheSchemaNeverReachACast) {
   EXPECT_EQ(options_error(c), "parallel.first_bucket_mb: expected a finite number, got nan");
   c = ParallelConfig();
   c.timeout_s = 1e300;
-  EXPECT_EQ(options_error(c), "parallel.timeout_s: expected a number in (0, 604800], got 1e+300");
+  EXPECT_EQ(options_error(c), "parallel.timeout_s: expected a number in [0, 604800], got 1e+300");
   c.timeout_s = -1;
-  EXPECT_EQ(options_error(c), "parallel.timeout_s: expected a number in (0, 604800], got -1");
+  EXPECT_EQ(options_error(c), "parallel.timeout_s: expected a number in [0, 604800], got -1");
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   if (comm::launched_as_worker()) {
     comm::ProcessGroupOptions options;
     options.backend = config.parallel.backend;
-    options.timeout = comm::Millis(static_cast<int64_t>(config.parallel.timeout_s * 1000));
+    options.timeout = train::collective_timeout(config.parallel);
     group = comm::init_process_group_from_environment(options);
   }
   const train::TrainSummary s = train::run_training(config, stderr, group);

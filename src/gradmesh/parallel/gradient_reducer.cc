@@ -105,6 +105,13 @@ void GradientReducer::launch(size_t b) {
   work_[b] = group_->allreduce(wire_[b], options);
 }
 
+void GradientReducer::wait_for(comm::Work& work, const std::string& what_expired) const {
+  bool done = options_.timeout ? work.wait(*options_.timeout) : false;
+  // No timeout of the reducer's own: the group's applies, and the group fails the Work when it expires.
+  while (!options_.timeout && !done) done = work.wait(comm::kDefaultTimeout);
+  if (!done) throw_error(ErrorKind::kTimeout, work.description(), what_expired);
+}
+
 double GradientReducer::finish_step() {
   const double start = now_seconds();
   // Parameters that got no gradient event (a rank with an empty slice runs
@@ -113,12 +120,7 @@ double GradientReducer::finish_step() {
   launch_in_order();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     comm::Work& work = *work_[b];
-    bool reduced = options_.timeout ? work.wait(*options_.timeout) : false;
-    // No timeout of the reducer's own: the group's applies, and the group fails the Work when it expires.
-    while (!options_.timeout && !reduced) reduced = work.wait(comm::kDefaultTimeout);
-    if (!reduced)
-      throw_error(ErrorKind::kTimeout, work.description(),
-                  "gradient bucket " + std::to_string(b) + " was not reduced within the timeout");
+    wait_for(work, "gradient bucket " + std::to_string(b) + " was not reduced within the timeout");
     spans_[b].start_s = work.start_time_s();
     spans_[b].end_s = work.finish_time_s();
     if (options_.bf16) {
@@ -138,9 +140,7 @@ bool GradientReducer::agree_on_finite_loss_without_buckets() {
   Tensor flag = Tensor::from_vector({1}, {std::isfinite(step_loss_) ? 0.0f : std::numeric_limits<float>::quiet_NaN()});
   comm::AllreduceOptions options;
   options.timeout = options_.timeout;
-  auto work = group_->allreduce(flag, options);
-  if (!work->wait(options_.timeout))
-    throw_error(ErrorKind::kTimeout, work->description(), "the loss check was not reduced within the timeout");
+  wait_for(*group_->allreduce(flag, options), "the loss check was not reduced within the timeout");
   return std::isfinite(flag.data()[0]);
 }
 
@@ -152,9 +152,7 @@ std::vector<float> GradientReducer::gather_step_losses() {
   Tensor out = Tensor::empty({group_->size()}, DType::kF32);
   comm::CollectiveOptions options;
   options.timeout = options_.timeout;
-  auto work = group_->allgather(in, out, options);
-  if (!work->wait(options_.timeout))
-    throw_error(ErrorKind::kTimeout, work->description(), "the step losses were not gathered within the timeout");
+  wait_for(*group_->allgather(in, out, options), "the step losses were not gathered within the timeout");
   return out.to_vector();
 }
 

@@ -104,6 +104,8 @@ class GradientReducer {
   void launch_in_order();
   void launch(size_t bucket);
   bool agree_on_finite_loss_without_buckets();
+  // Waits for `work` (options_.timeout, else until the group fails it); Error(kTimeout) saying `what_expired`.
+  void wait_for(comm::Work& work, const std::string& what_expired) const;
 
   nn::Model& model_;
   std::shared_ptr<comm::ProcessGroup> group_;

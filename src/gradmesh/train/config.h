@@ -99,7 +99,7 @@ struct ParallelConfig {
   double first_bucket_mb;    // the first bucket (the last layers), smaller so communication starts early
   std::string comm_dtype;    // "f32" | "bf16": the element type gradients travel in
   bool overlap;              // start each bucket's all-reduce during backward (false: all after backward)
-  double timeout_s;          // every collective's timeout
+  double timeout_s;          // every collective's timeout; 0 = the process group's (GRADMESH_COMM_TIMEOUT)
   double slow_rank_factor;   // flag a rank whose step time exceeds the median by this factor
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -174,7 +174,7 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::first_bucket_mb>("first_bucket_mb", 1.0, open_closed(0, kMaxBucketMb), "Size of the first bucket (the last layers' gradients, ready first), so communication starts early."),
     key<&ParallelConfig::comm_dtype>("comm_dtype", "f32", one_of({"f32", "bf16"}), "Element type gradients travel in; bf16 halves the traffic and is summed in float32."),
     key<&ParallelConfig::overlap>("overlap", true, any(), "Start each bucket's all-reduce as soon as its gradients are final (false: after the whole backward, for comparison)."),
-    key<&ParallelConfig::timeout_s>("timeout_s", 300.0, open_closed(0, kMaxTimeoutS), "Timeout of every collective; a rank that does not arrive in time fails the job with its name."),
+    key<&ParallelConfig::timeout_s>("timeout_s", 0.0, closed(0, kMaxTimeoutS), "Timeout of every collective in seconds (0 = $GRADMESH_COMM_TIMEOUT, default 300); a rank that does not arrive in time fails the job with its name."),
     key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, open_closed(1, kMaxCoefficient), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
 
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),

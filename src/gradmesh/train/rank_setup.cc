@@ -129,8 +129,14 @@ parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
       std::max<int64_t>(1, checked_integer("parallel.first_bucket_mb", c.first_bucket_mb, 1024.0 * 1024.0));
   o.bf16 = c.comm_dtype == "bf16";
   o.overlap = c.overlap;
-  o.timeout = comm::Millis(checked_integer("parallel.timeout_s", c.timeout_s, 1000.0));
+  o.timeout = collective_timeout(c);
   return o;
+}
+
+std::optional<comm::Millis> collective_timeout(const ParallelConfig& c) {
+  const int64_t ms = checked_integer("parallel.timeout_s", c.timeout_s, 1000.0);
+  if (ms == 0) return std::nullopt;
+  return comm::Millis(ms);
 }
 
 std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group) {

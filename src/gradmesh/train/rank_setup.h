@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gradmesh/comm/process_group.h"
@@ -43,6 +44,9 @@ PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group);
 // ParallelConfig can be filled in code, and casting a double beyond int64 is
 // undefined): Error(kConfig) naming the key.
 parallel::ReducerOptions reducer_options(const ParallelConfig& config);
+// parallel.timeout_s as a collective timeout; 0 leaves it unset, so the
+// process group's (GRADMESH_COMM_TIMEOUT, default 300 s) applies.
+std::optional<comm::Millis> collective_timeout(const ParallelConfig& config);
 
 // Rank 0 creates <output.dir>/<run id>; the other ranks learn the path and
 // create it on their own machine. Collective with several ranks.
