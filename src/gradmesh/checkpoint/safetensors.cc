@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "gradmesh/checkpoint/atomic_file.h"
+#include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "gradmesh/obs/jsonl_writer.h"
-#include "gradmesh/obs/text_file.h"
+#include "gradmesh/core/atomic_file.h"
 
 namespace gradmesh::obs {
 
@@ -39,7 +39,7 @@ void ChromeTrace::write(const std::string& path) const {
            std::to_string(t) + ",\"args\":{\"name\":\"" + json_escape(tracks_[t]) + "\"}}";
   for (const std::string& e : events_) out += ",\n" + e;
   out += "\n]}\n";
-  write_text_file(path, out);
+  write_file_atomically(path, out);
 }
 
 }  // namespace gradmesh::obs
