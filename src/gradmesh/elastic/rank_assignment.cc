@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -25,12 +26,6 @@ constexpr Millis kPollSlice{200};
 
 std::string owner_key(int node) { return "node/" + std::to_string(node) + "/owner"; }
 std::string nproc_key(int node) { return "node/" + std::to_string(node) + "/nproc"; }
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
 
 int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
   int rank = req.node_rank;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 #include "gradmesh/core/log.h"
 
 namespace gradmesh::elastic {
@@ -20,12 +21,6 @@ constexpr Millis kPeerCheckInterval{500};
 constexpr const char* kFailureKey = "failure";
 
 std::string workers_text(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
 
 class Supervisor {
  public:
