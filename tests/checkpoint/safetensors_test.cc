@@ -241,6 +241,17 @@ TEST_F(SafetensorsTest, ReadErrorsNameThePath) {
   }
 }
 
+TEST_F(SafetensorsTest, WriteErrorsNameThePath) {
+  const std::string missing_dir = path("no/such/dir/model.safetensors");
+  try {
+    write_safetensors(missing_dir, {{"w", Tensor::full({1}, 1.0f)}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_EQ(std::string(e.what()).rfind(missing_dir + ": ", 0), 0u) << e.what();
+  }
+}
+
 TEST_F(SafetensorsTest, DescribeListsTensorsMetadataAndTotals) {
   SafetensorsFile file;
   file.tensors.push_back({"fc1.weight", Tensor::from_vector({2, 3}, {-1, 0, 1, 2, 3, 4})});

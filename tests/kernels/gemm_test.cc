@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "gradmesh/core/error.h"
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/gemm.h"
 
@@ -134,6 +139,30 @@ TEST(Gemm, NumThreadsRoundTrips) {
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
   expect_matches_reference({false, true, 65, 17, 65, 1.0f, 0.0f, 0});
+  set_num_threads(before);
+}
+
+// train.threads = 0 is documented to take GRADMESH_NUM_THREADS, else all cores.
+TEST(Gemm, ZeroThreadsReadsGradmeshNumThreads) {
+  const int before = num_threads();
+  setenv("GRADMESH_NUM_THREADS", "3", 1);
+  set_num_threads(0);
+  EXPECT_EQ(num_threads(), 3);
+  unsetenv("GRADMESH_NUM_THREADS");
+  set_num_threads(0);
+  EXPECT_EQ(num_threads(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  for (const char* bad : {"0", "-2", "1025", "four", "2x", " 2"}) {
+    setenv("GRADMESH_NUM_THREADS", bad, 1);
+    try {
+      set_num_threads(0);
+      ADD_FAILURE() << "no error for GRADMESH_NUM_THREADS='" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+      EXPECT_NE(std::string(e.what()).find("GRADMESH_NUM_THREADS"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("GRADMESH_NUM_THREADS");
   set_num_threads(before);
 }
 

@@ -66,7 +66,7 @@ TEST(ChromeTrace, WritesValidTraceEventJson) {
   gradmesh::testing::TempDir dir;
   ChromeTrace trace(3, 100.0);
   trace.span("compute", "forward \"1\"", 100.001, 100.003);
-  trace.span("comm", "allreduce bucket 0", 100.002, 100.0025, "\"bytes\":4096");
+  trace.span("comm", "allreduce bucket 0", 100.002, 100.0025, JsonObject().add("bytes", 4096));
   trace.span("compute", "backward", 100.003, 100.0029);  // clock hiccup: clamped to zero length
   trace.write(dir.file("t.json"));
   const nlohmann::json j = nlohmann::json::parse(gradmesh::testing::read_file(dir.file("t.json")));
@@ -80,6 +80,22 @@ TEST(ChromeTrace, WritesValidTraceEventJson) {
   EXPECT_EQ(events[4].at("tid"), 1);
   EXPECT_EQ(events[4].at("args").at("bytes"), 4096);
   EXPECT_EQ(events[5].at("dur").get<double>(), 0.0);
+}
+
+TEST(ChromeTrace, TextAndNumbersOfAnyKindStillMakeValidJson) {
+  gradmesh::testing::TempDir dir;
+  ChromeTrace trace(0, 0.0);
+  // A span named after user input (a layer name in Latin-1) with arguments that are not finite.
+  trace.span("comp\xe9te", "layer \xff\x01", 1.0, 2.0, JsonObject().add("queued_ms", NAN).add("note", "a\\b"));
+  trace.write(dir.file("t.json"));
+  const std::string text = gradmesh::testing::read_file(dir.file("t.json"));
+  ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+  const nlohmann::json events = nlohmann::json::parse(text).at("traceEvents");
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1].at("args").at("name"), "comp\xef\xbf\xbdte");
+  EXPECT_EQ(events[2].at("name"), "layer \xef\xbf\xbd\x01");
+  EXPECT_TRUE(events[2].at("args").at("queued_ms").is_null());
+  EXPECT_EQ(events[2].at("args").at("note"), "a\\b");
 }
 
 TEST(ChromeTrace, UnwritablePathIsAnIoError) {

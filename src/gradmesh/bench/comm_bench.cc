@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gradmesh/core/clock.h"
+#include "gradmesh/obs/json_object.h"
 
 namespace gradmesh::bench {
 namespace {
@@ -86,15 +87,13 @@ std::string format_comm_table(const std::vector<CommBenchRow>& rows, const std::
 
 std::string format_comm_json(const std::vector<CommBenchRow>& rows, const std::string& backend, int world) {
   std::string out;
-  char line[256];
   for (const CommBenchRow& r : rows) {
-    std::snprintf(line, sizeof line,
-                  "{\"op\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%lld,\"time_us\":%.3f,"
-                  "\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"bound\":%s%s%s%s}\n",
-                  backend.c_str(), world, static_cast<long long>(r.bytes), r.seconds * 1e6, r.algbw_gbps, r.busbw_gbps,
-                  r.bound ? "true" : "false", r.algorithm.empty() ? "" : ",\"algorithm\":\"",
-                  r.algorithm.c_str(), r.algorithm.empty() ? "" : "\"");
-    out += line;
+    obs::JsonObject line;
+    line.add("op", "allreduce").add("backend", backend).add("ranks", world).add("bytes", r.bytes)
+        .add("time_us", r.seconds * 1e6).add("algbw_gbps", r.algbw_gbps).add("busbw_gbps", r.busbw_gbps)
+        .add("bound", r.bound);
+    if (!r.algorithm.empty()) line.add("algorithm", r.algorithm);
+    out += line.str() + "\n";
   }
   return out;
 }

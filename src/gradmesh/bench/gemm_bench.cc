@@ -7,6 +7,7 @@
 #include "gradmesh/core/rng.h"
 #include "gradmesh/core/tensor.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/obs/json_object.h"
 
 namespace gradmesh::bench {
 
@@ -27,6 +28,16 @@ GemmBenchResult bench_sgemm(int64_t n, int threads, int repeats) {
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   return {n, kernels::num_threads(), median, 2.0 * static_cast<double>(n) * n * n / median / 1e9};
+}
+
+std::string format_gemm_json(const GemmBenchResult& result) {
+  return obs::JsonObject()
+             .add("n", result.n)
+             .add("threads", result.threads)
+             .add("seconds", result.seconds_median)
+             .add("gflops", result.gflops)
+             .str() +
+         "\n";
 }
 
 }  // namespace gradmesh::bench

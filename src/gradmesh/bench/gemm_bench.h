@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace gradmesh::bench {
 
@@ -15,5 +16,8 @@ struct GemmBenchResult {
 
 // Times `repeats` multiplies after one warm-up and returns the median.
 GemmBenchResult bench_sgemm(int64_t n, int threads, int repeats);
+
+// `bench gemm --json`: one JSON object (n, threads, seconds, gflops) and a newline.
+std::string format_gemm_json(const GemmBenchResult& result);
 
 }  // namespace gradmesh::bench

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "gradmesh/checkpoint/atomic_file.h"
+#include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 
@@ -364,24 +364,23 @@ std::vector<StoredTensor> plan_stored(const std::string& path, const std::vector
 // fields dtype, shape, data_offsets), padded with spaces to kHeaderAlignment.
 std::string build_header(const std::string& path, const std::vector<StoredTensor>& stored,
                          const std::map<std::string, std::string>& metadata) {
-  std::string text = "{";
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const StoredTensor& tensor : stored) {
+    header[tensor.source->name] = {{"dtype", dtype_name(tensor.dtype)},
+                                   {"shape", tensor.source->tensor.shape()},
+                                   {"data_offsets", {offset, offset + tensor.bytes}}};
+    offset += tensor.bytes;
+  }
+  std::string text;
   try {
-    if (!metadata.empty()) text += "\"__metadata__\":" + Json(metadata).dump();
-    uint64_t offset = 0;
-    for (const StoredTensor& tensor : stored) {
-      if (text.size() > 1) text += ',';
-      text += Json(tensor.source->name).dump() + ":{\"dtype\":\"" + dtype_name(tensor.dtype) + "\",\"shape\":[";
-      const Shape& shape = tensor.source->tensor.shape();
-      for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
-      text += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + tensor.bytes) + "]}";
-      offset += tensor.bytes;
-    }
-  } catch (const Json::exception& e) {
+    text = header.dump();
+  } catch (const nlohmann::ordered_json::exception& e) {
     throw_error(
         ErrorKind::kInternal, path,
         std::string("cannot encode the header (a tensor name or metadata string is not valid UTF-8): ") + e.what());
   }
-  text += '}';
   text.append((kHeaderAlignment - text.size() % kHeaderAlignment) % kHeaderAlignment, ' ');
   return text;
 }

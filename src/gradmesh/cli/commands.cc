@@ -12,6 +12,7 @@
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/obs/json_object.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/model_factory.h"
@@ -83,8 +84,9 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
   for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
   model->load_parameters(tensors, weights);
   const train::EvalResult r = train::evaluate(*model, test_set);
-  std::printf("{\"weights\":\"%s\",\"samples\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f}\n", weights.c_str(),
-              static_cast<long long>(r.samples), r.loss, r.accuracy);
+  const obs::JsonObject line = obs::JsonObject().add("weights", weights).add("samples", r.samples)
+                                   .add("test_loss", r.loss).add("test_accuracy", r.accuracy);
+  std::printf("%s\n", line.str().c_str());
   return 0;
 }
 
@@ -96,8 +98,7 @@ int run_inspect(const std::string& path) {
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {
   const bench::GemmBenchResult r = bench::bench_sgemm(n, threads, repeats);
   if (json)
-    std::printf("{\"n\":%lld,\"threads\":%d,\"seconds\":%.6f,\"gflops\":%.2f}\n", static_cast<long long>(r.n),
-                r.threads, r.seconds_median, r.gflops);
+    std::fputs(bench::format_gemm_json(r).c_str(), stdout);
   else
     std::printf("sgemm n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d)\n", static_cast<long long>(r.n), r.threads,
                 r.seconds_median * 1e3, r.gflops, repeats);

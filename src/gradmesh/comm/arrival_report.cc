@@ -1,12 +1,10 @@
 #include "gradmesh/comm/arrival_report.h"
 
+#include "gradmesh/core/text_format.h"
+
 namespace gradmesh::comm {
 
-std::string ranks_list(const std::vector<int>& ranks, const RankName& name) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + name(ranks[i]);
-  return text;
-}
+std::string ranks_list(const std::vector<int>& ranks, const RankName& name) { return rank_list(ranks, name); }
 
 std::string arrival_report(const std::vector<int>& missing, const std::vector<int>& arrived, const RankName& name,
                            const std::string& also) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -43,10 +44,10 @@ CheckedProcessGroup::Call decode(const float* in) {
   return call;
 }
 
-std::string dtype_label(int64_t dtype) {
-  if (dtype == static_cast<int64_t>(DType::kF32)) return "f32";
-  if (dtype == static_cast<int64_t>(DType::kBF16)) return "bf16";
-  return "dtype " + std::to_string(dtype);
+// The fingerprint carries the dtype as an integer; one outside the enum reads "dtype 300".
+std::string fingerprint_dtype(int64_t dtype) {
+  if (dtype < 0 || dtype > 255) return "dtype " + std::to_string(dtype);
+  return dtype_label(static_cast<DType>(dtype));
 }
 
 std::string reduce_label(int64_t op) {
@@ -56,7 +57,7 @@ std::string reduce_label(int64_t op) {
 
 // "allreduce(f32 x 100, sum)": how a call reads in a mismatch message.
 std::string call_text(const CheckedProcessGroup::Call& call) {
-  const std::string tensor = dtype_label(call.dtype) + " x " + std::to_string(call.count);
+  const std::string tensor = fingerprint_dtype(call.dtype) + " x " + std::to_string(call.count);
   switch (call.kind) {
     case kAllreduce: return "allreduce(" + tensor + ", " + reduce_label(call.reduce_op) + ")";
     case kBroadcast: return "broadcast(" + tensor + ", root " + std::to_string(call.root) + ")";

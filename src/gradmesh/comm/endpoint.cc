@@ -9,6 +9,7 @@
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -172,14 +173,9 @@ void throw_store_timeout(const std::string& store, Millis timeout, const std::ve
   std::string keys;
   for (size_t i = 0; i < missing.size() && i < kShown; ++i) keys += (i ? ", " : "") + printable_key(missing[i]);
   if (missing.size() > kShown) keys += " and " + std::to_string(missing.size() - kShown) + " more";
-  timeout = std::max(timeout, Millis{0});
-  char duration[32];
-  if (timeout < Millis{1000})
-    std::snprintf(duration, sizeof duration, "%lld ms", static_cast<long long>(timeout.count()));
-  else
-    std::snprintf(duration, sizeof duration, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
   throw_error(ErrorKind::kTimeout, store,
-              std::string("timed out after ") + duration + " waiting for key" + (missing.size() == 1 ? "" : "s") +
+              "timed out after " + duration_text(std::max(timeout, Millis{0})) + " waiting for key" +
+                  (missing.size() == 1 ? "" : "s") +
                   ": " + keys + "; check that the processes which set them are running, or raise GRADMESH_COMM_TIMEOUT");
 }
 

@@ -13,7 +13,7 @@ namespace gradmesh {
 const std::vector<EnvVar>& env_registry() {
   static const std::vector<EnvVar> vars = {
       {"GRADMESH_DEBUG", "INFO", "Log level: ERROR, WARN, INFO or TRACE. Logs go to stderr, prefixed with the rank."},
-      {"GRADMESH_NUM_THREADS", "", "Compute threads (BLAS and elementwise kernels) when the config's train.threads is 0. Empty: all cores."},
+      {"GRADMESH_NUM_THREADS", "", "Compute threads (BLAS and gradmesh's own kernels) when train.threads (or bench gemm --threads) is 0: an integer from 1 to 1024. Empty: all cores."},
       {"GRADMESH_ALLOC_CACHE", "1", "Reuse freed tensor storage of the same size (0 turns the cache off, e.g. for memory debugging)."},
       {"GRADMESH_DATA_DIR", "/usr/share/datasets/fashion-mnist", "Where data.dir defaults to: the Fashion-MNIST IDX files (Debian package dataset-fashion-mnist)."},
       {"GRADMESH_PROGRESS", "auto", "Progress output: auto (a bar on a terminal, periodic lines otherwise), bar, lines or off."},
@@ -21,7 +21,7 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_RUN_ID", "", "Run id shared by all workers of one job; namespaces the store. Set by gradmesh launch."},
       {"GRADMESH_GENERATION", "0", "Restart generation of the worker group; namespaces the store so a restarted group never reads stale keys."},
       {"GRADMESH_REDIS_PASSWORD", "", "Redis AUTH password when the redis:// endpoint carries none (keeps it out of process listings)."},
-      {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun, hier with several ranks per host, else gloo."},
+      {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun/srun (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK set); else shm when every rank is on this host (LOCAL_WORLD_SIZE, default WORLD_SIZE, equals WORLD_SIZE); else hier when this host runs more than one rank, gloo when it runs one."},
       {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks: a number from 0.001 to 604800 (7 days), fractions allowed (0.5). Also the default of `gradmesh launch --join-timeout`."},
       {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
       {"GRADMESH_HOSTNAME", "", "Address TCP backends listen on and other hosts reach this one at. Empty: MASTER_ADDR if it is an address of this host, else this host's address on the route to MASTER_ADDR, else the host name."},

@@ -14,6 +14,7 @@
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -27,12 +28,6 @@ constexpr Millis kPollSlice{200};
 
 std::string owner_key(int node) { return "node/" + std::to_string(node) + "/owner"; }
 std::string nproc_key(int node) { return "node/" + std::to_string(node) + "/nproc"; }
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
 
 int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
   int rank = req.node_rank;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
 
@@ -22,12 +23,6 @@ constexpr Millis kPeerCheckInterval{500};
 constexpr const char* kFailureKey = "failure";
 
 std::string workers_text(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
-
-std::string seconds_text(Millis ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return buf;
-}
 
 class Supervisor {
  public:

@@ -2,9 +2,14 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <string>
 #include <thread>
 
+#include "gradmesh/core/env.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/core/thread_pool.h"
 
 namespace gradmesh::kernels {
@@ -42,10 +47,27 @@ void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 namespace {
 int g_threads = 1;
+
+// More threads than this is a typo, not a machine.
+constexpr int kMaxThreads = 1024;
+
+// The count asked for with 0: GRADMESH_NUM_THREADS when set, else every core.
+int default_threads() {
+  const std::string text = env_string("GRADMESH_NUM_THREADS");
+  if (text.empty()) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
+  if (ec != std::errc{} || end != text.data() + text.size() || threads < 1 || threads > kMaxThreads)
+    throw_error(ErrorKind::kUsage, "environment variable GRADMESH_NUM_THREADS",
+                "expected an integer from 1 to " + std::to_string(kMaxThreads) +
+                    " (or unset for all cores), got '" + text + "'");
+  return threads;
 }
 
+}  // namespace
+
 void set_num_threads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = default_threads();
   g_threads = threads;
   openblas_set_num_threads(threads);
   resize_compute_pool(threads);

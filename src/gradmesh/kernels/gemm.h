@@ -21,7 +21,9 @@ void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 // process so far: the numerator of a step's achieved GFLOP/s.
 uint64_t gemm_flops();
 
-// Threads used by BLAS and by gradmesh's own kernels (0 = all cores).
+// Threads used by BLAS and by gradmesh's own kernels. 0 (train.threads = 0)
+// means GRADMESH_NUM_THREADS when it is set, else all cores; a value there
+// that is not an integer from 1 to 1024 is Error(kUsage) naming the variable.
 void set_num_threads(int threads);
 int num_threads();
 

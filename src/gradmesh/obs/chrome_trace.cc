@@ -1,12 +1,19 @@
 #include "gradmesh/obs/chrome_trace.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <cmath>
 
-#include "gradmesh/obs/jsonl_writer.h"
-#include "gradmesh/obs/text_file.h"
+#include "gradmesh/core/atomic_file.h"
+#include "gradmesh/obs/json_dump.h"
 
 namespace gradmesh::obs {
+namespace {
+
+// Microseconds to the nanosecond: keeps sub-us spans visible without
+// printing float noise ("1000.0000000000227").
+double to_ns_precision(double us) { return std::round(us * 1e3) / 1e3; }
+
+}  // namespace
 
 ChromeTrace::ChromeTrace(int rank, double origin_s) : rank_(rank), origin_s_(origin_s) {}
 
@@ -18,28 +25,28 @@ int ChromeTrace::track_id(const std::string& track) {
 }
 
 void ChromeTrace::span(const std::string& track, const std::string& name, double start_s, double end_s,
-                       const std::string& args) {
-  const int tid = track_id(track);
-  char times[96];
-  // Microseconds, as the format wants; fractional digits keep sub-us spans visible.
-  std::snprintf(times, sizeof times, "\"ts\":%.3f,\"dur\":%.3f", (start_s - origin_s_) * 1e6,
-                std::max(0.0, end_s - start_s) * 1e6);
-  events_.push_back("{\"name\":\"" + json_escape(name) + "\",\"ph\":\"X\",\"pid\":" + std::to_string(rank_) +
-                    ",\"tid\":" + std::to_string(tid) + "," + times + (args.empty() ? "" : ",\"args\":{" + args + "}") +
-                    "}");
+                       const JsonObject& args) {
+  // Microseconds, as the format wants.
+  events_.push_back({name, track_id(track), (start_s - origin_s_) * 1e6, std::max(0.0, end_s - start_s) * 1e6, args});
 }
 
 void ChromeTrace::write(const std::string& path) const {
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  Json events = Json::array();
   // Metadata events name the process and its tracks in the viewer.
-  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +
-         ",\"args\":{\"name\":\"rank " + std::to_string(rank_) + "\"}}";
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
   for (size_t t = 0; t < tracks_.size(); ++t)
-    out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) + ",\"tid\":" +
-           std::to_string(t) + ",\"args\":{\"name\":\"" + json_escape(tracks_[t]) + "\"}}";
-  for (const std::string& e : events_) out += ",\n" + e;
-  out += "\n]}\n";
-  write_text_file(path, out);
+    events.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", t}, {"args", {{"name", tracks_[t]}}}});
+  for (const Span& span : events_) {
+    Json event = {{"name", span.name}, {"ph", "X"}, {"pid", rank_}, {"tid", span.track},
+                  {"ts", to_ns_precision(span.start_us)}, {"dur", to_ns_precision(span.duration_us)}};
+    if (!span.args.empty()) event["args"] = to_json(span.args);
+    events.push_back(std::move(event));
+  }
+  const Json trace = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
+  const std::string out = dump_json(trace) + "\n";
+  write_file_atomically(path, out);
 }
 
 }  // namespace gradmesh::obs

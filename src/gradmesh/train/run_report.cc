@@ -1,6 +1,6 @@
 #include "gradmesh/train/run_report.h"
 
-#include "gradmesh/obs/text_file.h"
+#include "gradmesh/core/atomic_file.h"
 
 namespace gradmesh::train {
 
@@ -43,7 +43,7 @@ void RunReport::write(const std::string& path, const std::string& title) const {
                     {"Throughput", "step", "samples/s", {throughput_}},
                     {"Test loss", "epoch", "loss", {test_loss_}}};
   content.phases = phase_breakdown();
-  obs::write_text_file(path, obs::render_report_html(content));
+  write_file_atomically(path, obs::render_report_html(content));
 }
 
 }  // namespace gradmesh::train

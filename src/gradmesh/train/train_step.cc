@@ -105,8 +105,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     if (trace)
       for (const parallel::BucketSpan& b : reducer_->last_spans())
         trace->span("comm", "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
-                    "\"bytes\":" + std::to_string(b.bytes) + ",\"queued_ms\":" +
-                        std::to_string((b.start_s - b.launch_s) * 1e3));
+                    obs::JsonObject().add("bytes", b.bytes).add("queued_ms", (b.start_s - b.launch_s) * 1e3));
   }
   stop_unless_finite(step, loss);
   const double t0 = now_seconds();

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
+#include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/batch_loader.h"
@@ -172,7 +172,7 @@ void TrainingRun::open_outputs() {
   summary.world_size = world_size_;
   summary.run_dir = open_run_dir(config.output, world_);
   if (leader_) {
-    std::ofstream(summary.run_dir + "/config.toml") << config_to_toml(config);
+    write_file_atomically(summary.run_dir + "/config.toml", config_to_toml(config));
     metrics_ = std::make_unique<obs::JsonlWriter>(summary.run_dir + "/metrics.jsonl");
   }
 }

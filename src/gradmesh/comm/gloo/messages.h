@@ -7,18 +7,9 @@
 #include <string>
 
 #include "gradmesh/comm/store.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm::gloo_backend {
-
-// "300 ms", "2.0 s".
-inline std::string duration_text(Millis duration) {
-  char text[32];
-  if (duration < Millis{1000})
-    std::snprintf(text, sizeof text, "%lld ms", static_cast<long long>(duration.count()));
-  else
-    std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(duration.count()) / 1000.0);
-  return text;
-}
 
 // Gloo prefixes its messages with the source location ("[./gloo/transport/tcp/pair.cc:598] ").
 inline std::string without_source_location(const std::string& text) {

@@ -6,18 +6,9 @@
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm::gloo_backend {
-namespace {
-
-std::string seconds_text(Millis timeout) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
-  return text;
-}
-
-}  // namespace
-
 int rank_of_rendezvous_key(const std::string& key) {
   std::string_view digits = key;
   if (digits.rfind("rank_", 0) == 0) digits.remove_prefix(5);

@@ -6,19 +6,12 @@
 
 #include "gradmesh/comm/reduce.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm::shm {
 namespace {
 
 constexpr size_t kLine = 64;
-
-std::string seconds(Millis timeout) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
-  return text;
-}
-
-std::string dtype_label(DType dtype) { return dtype == DType::kF32 ? "f32" : "bf16"; }
 
 // Elements per cache line: slices start on line boundaries so two ranks
 // writing neighbouring slices never share a line.
@@ -98,7 +91,7 @@ void Collectives::throw_timeout(const std::vector<int>& missing, const OpContext
   std::string names;
   for (size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + std::to_string(world_ranks_[missing[i]]);
   throw_error(ErrorKind::kTimeout, ctx.what,
-              "timed out after " + seconds(ctx.timeout) + "; rank" + (missing.size() == 1 ? " " : "s ") + names +
+              "timed out after " + seconds_text(ctx.timeout) + "; rank" + (missing.size() == 1 ? " " : "s ") + names +
                   " did not arrive");
 }
 

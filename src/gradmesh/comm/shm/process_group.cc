@@ -2,20 +2,13 @@
 
 #include "gradmesh/comm/shm/collectives.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
 
-std::string dtype_label(DType dtype) { return dtype == DType::kF32 ? "f32" : "bf16"; }
-
 std::string tensor_label(const Tensor& tensor) {
   return dtype_label(tensor.dtype()) + " x " + std::to_string(tensor.numel());
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  return text + "]";
 }
 
 bool overlap(const Tensor& a, const Tensor& b) {
@@ -51,7 +44,7 @@ ShmProcessGroup::ShmProcessGroup(std::shared_ptr<Store> store, std::string key, 
                                                     std::to_string(size) + " ranks; expected 0 <= rank < size");
   bool identity = true;
   for (int r = 0; r < size_; ++r) identity = identity && world_ranks_[r] == r;
-  label_ = identity ? "shm" : "shm group " + rank_list(world_ranks_);
+  label_ = identity ? "shm" : "shm group [" + comma_list(world_ranks_) + "]";
   auto segment = shm::Segment::join(*store_, key_ + "/segment", rank_, size_, timeout_,
                                     label_ + " (rank " + std::to_string(world_ranks_[rank_]) + " of " +
                                         std::to_string(size_) + ")");
@@ -217,7 +210,8 @@ std::shared_ptr<ProcessGroup> ShmProcessGroup::new_group(const std::vector<int>&
   for (size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
       throw_error(ErrorKind::kUsage, label_ + " new_group",
-                  "ranks " + rank_list(ranks) + " must be ascending, unique and in [0, " + std::to_string(size_) + ")");
+                  "ranks [" + comma_list(ranks) + "] must be ascending, unique and in [0, " +
+                      std::to_string(size_) + ")");
   if (ranks.empty()) throw_error(ErrorKind::kUsage, label_ + " new_group", "the rank list is empty");
   // Every rank counts the call, member or not, so the n-th sub-group has the same key everywhere.
   const std::string key = key_ + "/sub" + std::to_string(++subgroups_);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm::shm {
 namespace {
@@ -29,21 +30,9 @@ constexpr size_t kPage = 4096;
 
 size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-std::string seconds(Millis timeout) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
-  return text;
-}
-
 std::string megabytes(size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return text;
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text;
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
   return text;
 }
 
@@ -103,7 +92,7 @@ std::byte* attach_segment(Store& store, const std::string& key, const SegmentLay
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kTimeout) throw;
     throw_error(ErrorKind::kTimeout, label,
-                "rank 0 did not publish the shared-memory segment within " + seconds(timeout) + " (store " +
+                "rank 0 did not publish the shared-memory segment within " + seconds_text(timeout) + " (store " +
                     store.describe() + ", key '" + key + "'); is rank 0 running with the same store and world size?");
   }
   const int fd = ::shm_open(name->c_str(), O_RDWR | O_CLOEXEC, 0);
@@ -233,8 +222,8 @@ std::unique_ptr<Segment> Segment::join(Store& store, const std::string& key, int
     if (rank == 0) header.aborted_by.store(1, std::memory_order_release);
     wake_all(header.attached);
     throw_error(ErrorKind::kTimeout, label,
-                "timed out after " + seconds(timeout) + " waiting for rank" + (missing.size() == 1 ? " " : "s ") +
-                    rank_list(missing) + " to attach to shared-memory segment " + name + " (store " + store.describe() +
+                "timed out after " + seconds_text(timeout) + " waiting for " + rank_list(missing) +
+                    " to attach to shared-memory segment " + name + " (store " + store.describe() +
                     "); start every rank with the same store and world size");
   }
   if (rank == 0) {

@@ -1,4 +1,4 @@
-#include "gradmesh/checkpoint/atomic_file.h"
+#include "gradmesh/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "gradmesh/core/error.h"
 
-namespace gradmesh::checkpoint {
+namespace gradmesh {
 namespace {
 
 std::string errno_text(int err) { return err == 0 ? std::string("unknown error") : std::strerror(err); }
@@ -109,4 +109,8 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   temp.commit();
 }
 
-}  // namespace gradmesh::checkpoint
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  write_file_atomically(path, [contents](std::FILE* out) { write_bytes(out, contents.data(), contents.size()); });
+}
+
+}  // namespace gradmesh

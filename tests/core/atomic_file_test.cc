@@ -1,9 +1,11 @@
-// write_file_atomically: the old file survives a failed write, and no
-// temporary file is left behind either way.
-#include "gradmesh/checkpoint/atomic_file.h"
+// write_file_atomically: the old file survives a failed write, no temporary
+// file is left behind either way, and nothing at a guessable name next to the
+// target is written through.
+#include "gradmesh/core/atomic_file.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,11 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/error.h"
 #include "support/temp_dir.h"
 
-namespace gradmesh::checkpoint {
+namespace gradmesh {
 namespace {
 
 class AtomicFileTest : public ::testing::Test {
@@ -46,26 +47,51 @@ TEST_F(AtomicFileTest, WritesNewFileAndReplacesOldOne) {
 }
 
 TEST_F(AtomicFileTest, ThrowingBodyLeavesOldFileIntactAndNoTempFile) {
-  write_safetensors(path("model.safetensors"), {{"w", Tensor::from_vector({3}, {1, 2, 3})}});
-  const std::string before = read_bytes(path("model.safetensors"));
-  ASSERT_FALSE(before.empty());
-
-  EXPECT_THROW(write_file_atomically(path("model.safetensors"),
+  write_file_atomically(path("model.bin"), std::string_view("old weights"));
+  EXPECT_THROW(write_file_atomically(path("model.bin"),
                                      [](std::FILE* out) {
                                        std::string big(1 << 20, 'x');  // more than the stdio buffer
                                        write_bytes(out, big.data(), big.size());
                                        throw std::runtime_error("simulated crash mid-write");
                                      }),
                std::runtime_error);
-  EXPECT_EQ(read_bytes(path("model.safetensors")), before);
-  EXPECT_EQ(listing(), std::vector<std::string>({"model.safetensors"}));
-  EXPECT_EQ(read_safetensors(path("model.safetensors")).tensors[0].tensor.to_vector(), std::vector<float>({1, 2, 3}));
+  EXPECT_EQ(read_bytes(path("model.bin")), "old weights");
+  EXPECT_EQ(listing(), std::vector<std::string>({"model.bin"}));
+}
+
+TEST_F(AtomicFileTest, WritesAStringAsItIs) {
+  const std::string bytes("a\0b\n", 4);
+  write_file_atomically(path("blob"), bytes);
+  EXPECT_EQ(read_bytes(path("blob")), bytes);
+  write_file_atomically(path("blob"), std::string_view());
+  EXPECT_EQ(read_bytes(path("blob")), "");
+}
+
+// A writer with a fixed temporary name ("<path>.tmp", as obs::write_text_file
+// had) opens whatever sits there: a symlink planted at that name, by another
+// user in a shared directory or left by an earlier run, makes it overwrite
+// the file the link points to. The temporary file must be created fresh.
+TEST_F(AtomicFileTest, LinkAtATemporaryNameIsNotWrittenThrough) {
+  scratch_.write("victim", "precious");
+  ASSERT_EQ(::symlink(path("victim").c_str(), path("trace.json.tmp").c_str()), 0);
+  write_file_atomically(path("trace.json"), std::string_view("{}"));
+  EXPECT_EQ(read_bytes(path("victim")), "precious");
+  EXPECT_EQ(read_bytes(path("trace.json")), "{}");
+}
+
+TEST_F(AtomicFileTest, LinkAtThePathIsReplacedNotFollowed) {
+  scratch_.write("victim", "precious");
+  ASSERT_EQ(::symlink(path("victim").c_str(), path("report.html").c_str()), 0);
+  write_file_atomically(path("report.html"), std::string_view("<html>"));
+  EXPECT_EQ(read_bytes(path("victim")), "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(path("report.html")));
+  EXPECT_EQ(read_bytes(path("report.html")), "<html>");
 }
 
 TEST_F(AtomicFileTest, FailuresAreIoErrorsNamingThePath) {
   const std::string missing_dir = path("no/such/dir/model.safetensors");
   try {
-    write_safetensors(missing_dir, {{"w", Tensor::full({1}, 1.0f)}});
+    write_file_atomically(missing_dir, std::string_view("x"));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kIo);
@@ -102,4 +128,4 @@ TEST_F(AtomicFileTest, StreamErrorsInTheBodyAreReported) {
 }
 
 }  // namespace
-}  // namespace gradmesh::checkpoint
+}  // namespace gradmesh

@@ -4,15 +4,17 @@
 // (same filesystem, so rename is atomic), flushed and fsync'ed, renamed over
 // `path`, and then the directory is fsync'ed so the rename itself survives a
 // power cut. Readers therefore see either the complete old file or the
-// complete new one. Used for checkpoints and every other output that a later
-// run reads back.
+// complete new one. The one writer for the files a run leaves (weights,
+// config.toml, traces, the report); metrics.jsonl is the exception by design: it is
+// appended line by line so that it can be followed while the run goes on.
 #pragma once
 
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <string_view>
 
-namespace gradmesh::checkpoint {
+namespace gradmesh {
 
 // Writes `path` atomically with the bytes that `write_body` puts into the
 // stream it is given.
@@ -30,10 +32,13 @@ namespace gradmesh::checkpoint {
 // REQUIRES: the directory of `path` exists and is writable.
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write_body);
 
+// Writes `path` atomically with exactly `contents`; same guarantees and errors.
+void write_file_atomically(const std::string& path, std::string_view contents);
+
 // Writes `size` bytes to `out`; a short write sets the stream error flag,
 // which write_file_atomically reports. A convenience for body callbacks.
 inline void write_bytes(std::FILE* out, const void* data, size_t size) {
   if (size > 0) std::fwrite(data, 1, size, out);
 }
 
-}  // namespace gradmesh::checkpoint
+}  // namespace gradmesh
