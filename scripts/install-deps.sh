@@ -10,7 +10,7 @@ packages=(
   nlohmann-json3-dev                      # safetensors headers, JSONL
   libcli11-dev                            # command line
   zlib1g-dev                              # gzipped IDX files
-  libxxhash-dev                           # checksums
+  libxxhash-dev                           # stable hashes (store-key file names, shm segment names, collective fingerprints)
   libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
   libgloo-dev                             # TCP collectives
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun

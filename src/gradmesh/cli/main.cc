@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   int gemm_threads = 1, gemm_repeats = 5;
   bool gemm_json = false;
   bench_gemm->add_option("--n", gemm_n, "Matrix size")->capture_default_str()->check(CLI::Range(1, 16384));
-  bench_gemm->add_option("--threads", gemm_threads, "BLAS threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  bench_gemm->add_option("--threads", gemm_threads, "BLAS threads (0 = $GRADMESH_NUM_THREADS, else all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   bench_gemm->add_option("--repeats", gemm_repeats, "Timed multiplies (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   bench_gemm->add_flag("--json", gemm_json, "One JSON object instead of a sentence");
   CLI::App* bench_comm = bench->add_subcommand(

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/thread_pool.h"
 
 namespace gradmesh::kernels {
@@ -55,13 +56,12 @@ constexpr int kMaxThreads = 1024;
 int default_threads() {
   const std::string text = env_string("GRADMESH_NUM_THREADS");
   if (text.empty()) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int threads = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
-  if (ec != std::errc{} || end != text.data() + text.size() || threads < 1 || threads > kMaxThreads)
+  const std::optional<int64_t> threads = try_parse_int(text, 1, kMaxThreads);
+  if (!threads)
     throw_error(ErrorKind::kUsage, "environment variable GRADMESH_NUM_THREADS",
                 "expected an integer from 1 to " + std::to_string(kMaxThreads) +
                     " (or unset for all cores), got '" + text + "'");
-  return threads;
+  return static_cast<int>(*threads);
 }
 
 }  // namespace
