@@ -7,8 +7,16 @@
 #include <string>
 
 #include "gradmesh/comm/store.h"
+#include "gradmesh/core/tensor.h"
 
 namespace gradmesh::comm::gloo_backend {
+
+// "f32 x 1000003".
+inline std::string tensor_text(const Tensor& tensor) {
+  std::string dtype = dtype_name(tensor.dtype());
+  std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char c) { return std::tolower(c); });
+  return dtype + " x " + std::to_string(tensor.numel());
+}
 
 // "300 ms", "2.0 s".
 inline std::string duration_text(Millis duration) {

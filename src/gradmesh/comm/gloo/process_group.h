@@ -21,20 +21,38 @@
 // writes (2-3x faster up to 256 KiB; algorithm_choice.h says why only there).
 // When every rank runs on this host, larger all-reduces run there too, as
 // consecutive 256 KiB pieces (allreduce_piece_bytes()).
-//   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
-//                   message size (algorithm_choice.h); F32 in place with no
-//                   copy. BF16 is widened into a float32 scratch buffer,
-//                   reduced in float32 and rounded once (2x the bytes of a
-//                   BF16 wire format, but exact float32 accumulation and one
-//                   rounding for any number of ranks). avg = sum, then / n.
+//   allreduce       F32: Gloo ring / ring-chunked / halving-doubling, picked
+//                   by message size (algorithm_choice.h), in place with no
+//                   copy; avg = sum, then / n.
+//                   BF16: our ring reduce-scatter + all-gather with BF16 on
+//                   the wire (bf16_ring.h), half the bytes of widening to
+//                   float32: each hop widens the received partial sum, adds
+//                   this rank's value in float32 and rounds to BF16, so a ring
+//                   on n ranks rounds each partial sum at each of its n-1 hops
+//                   (once for 2 ranks); avg divides the final float32 sum by n
+//                   before the last rounding. Every rank ends with the same
+//                   bits, the same in every run of a given world size.
+//                   Except on one host: when every peer is on this host
+//                   (loopback) and the message in float32 fits one
+//                   synchronous piece (allreduce_piece_bytes()), it is
+//                   widened, reduced by Gloo's algorithms in float32 on the
+//                   synchronous mesh and rounded once. Loopback has no wire
+//                   to save, and the ring's 2(n-1) messages on the
+//                   event-loop mesh cost more than one synchronous exchange
+//                   of twice the bytes up to there. Measured on 2 ranks
+//                   (median of 7 alternating rounds, us, ring / widened):
+//                   4 KB 440 / 54, 64 KB 610 / 125, 256 KB 570 / 716,
+//                   1 MB 1015 / 2859, 16 MB 43152 / 50758 (BF16 bytes);
+//                   3 ranks on 2 busy cores: 6950 / 1900 at 256 KB, where
+//                   the event loop's thread wake-ups dominate.
 //   broadcast       gloo::broadcast (root sends to each rank).
 //   allgather       gloo::allgather (ring).
-//   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h).
+//   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h);
+//                   BF16 partials travel and round as in the BF16 all-reduce.
 //   barrier         gloo::barrier.
 //   send / recv     unbound buffers posted at once on the caller's thread
-//                   (they do not wait behind queued collectives, so two ranks
-//                   may exchange messages in either order); a helper thread
-//                   finishes the Work. Tags 0 .. 2^32-1.
+//                   (point_to_point.h: they do not wait behind queued
+//                   collectives); a waiter thread finishes the Work.
 //   new_group       a new Gloo context among the members, rendezvousing under
 //                   "<this group's prefix>/sub<k>/" (k counts new_group calls),
 //                   sharing this group's device.
