@@ -14,7 +14,7 @@ check; this script is the timing.
 Needs root (namespaces, tc). Removes its namespaces and stops its
 redis-server and workers however it ends.
 
-usage: bench/bf16_netns.py [--runs 3] [--rate 200mbit] [--steps 150] [--target 1.6]
+usage: bench/bf16_netns.py [--runs 5] [--rate 200mbit] [--steps 150] [--target 1.6]
 """
 import argparse, json, os, signal, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -111,7 +111,7 @@ def train(hosts, run_id, dtype, steps, workdir):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=3, help="runs of each dtype, alternating (default 3)")
+    p.add_argument("--runs", type=int, default=5, help="runs of each dtype, alternating (default 5)")
     p.add_argument("--rate", default="200mbit", help="tc tbf rate of each end of the link (default 200mbit)")
     p.add_argument("--steps", type=int, default=150, help="optimizer steps per run (default 150)")
     p.add_argument("--target", type=float, default=1.6, help="bf16 / f32 samples/s to meet (default 1.6)")

@@ -5,12 +5,21 @@
 // different order or number of roundings shows in the bits. Run directly on
 // Gloo contexts (uneven chunks, fewer elements than ranks, several segments)
 // and through the gloo backend, where every rank must end with the same bits.
+//
+// Also the measurement behind the one-host choice in gloo/process_group.h
+// (disabled; loopback, GLOO_BENCH_WORLD ranks, default 2):
+//   test_comm --gtest_also_run_disabled_tests --gtest_filter=GlooBench.*Bf16*
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <latch>
 
 #include "comm/collective_reference.h"
@@ -212,6 +221,62 @@ TEST(GlooBf16Ring, BackendLeavesIdenticalBitsOnEveryRank) {
         ++index;
       }
   }
+}
+
+// Per size: the median over 7 alternating rounds of the 16-bit ring and of
+// the widened path (widen, the backend's float32 all-reduce, round), in
+// microseconds per all-reduce.
+TEST(GlooBench, DISABLED_Bf16RingAgainstWidened) {
+  const char* world_text = std::getenv("GLOO_BENCH_WORLD");
+  const int world = world_text ? std::atoi(world_text) : 2;
+  TempDir dir;
+  const std::string store_dir = dir.path();
+  const auto outcomes = testing::run_rank_processes(
+      world,
+      [&](int rank) {
+        auto store = std::make_shared<FileStore>(store_dir);
+        ProcessGroupOptions options;
+        options.hostname = "127.0.0.1";
+        options.timeout = Millis(60'000);
+        auto group = make_gloo_process_group(store, rank, world, options);
+        auto context = connect(std::make_shared<PrefixStore>(store, "ring"), rank, world);
+        if (rank == 0) std::printf("%10s %12s %12s\n", "bf16_bytes", "ring_us", "widened_us");
+        for (int64_t bytes = 4096; bytes <= (int64_t{64} << 20); bytes *= 4) {
+          const int64_t count = bytes / 2;
+          std::vector<uint16_t> bits(static_cast<size_t>(count), float_to_bf16(1.0f)), scratch;
+          Tensor wide = Tensor::empty({count});
+          AllreduceOptions max;  // values stay put round after round
+          max.op = ReduceOp::kMax;
+          const std::function<void()> variants[2] = {
+              [&] {
+                gloo_backend::bf16_ring_allreduce(*context, bits.data(), count, ReduceOp::kMax,
+                                                  std::chrono::seconds(60), scratch);
+              },
+              [&] {
+                for (int64_t i = 0; i < count; ++i) wide.data()[i] = bf16_to_float(bits[static_cast<size_t>(i)]);
+                group->allreduce(wide, max)->wait();
+                for (int64_t i = 0; i < count; ++i) bits[static_cast<size_t>(i)] = float_to_bf16(wide.data()[i]);
+              }};
+          const int iterations = bytes < (int64_t{1} << 20) ? 50 : bytes < (int64_t{16} << 20) ? 10 : 3;
+          std::vector<double> seconds[2];
+          for (int round = 0; round < 7; ++round)
+            for (int k = 0; k < 2; ++k) {
+              const int v = round % 2 ? 1 - k : k;
+              variants[v]();  // untimed: the first call after switching waits for the peers to switch too
+              const auto start = std::chrono::steady_clock::now();
+              for (int i = 0; i < iterations; ++i) variants[v]();
+              seconds[v].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                                   iterations);
+            }
+          for (auto& s : seconds) std::sort(s.begin(), s.end());
+          if (rank == 0)
+            std::printf("%10lld %12.1f %12.1f\n", static_cast<long long>(bytes), seconds[0][3] * 1e6,
+                        seconds[1][3] * 1e6);
+          std::fflush(stdout);
+        }
+      },
+      std::chrono::seconds(600));
+  for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
 }
 
 }  // namespace

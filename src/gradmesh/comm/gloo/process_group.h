@@ -33,18 +33,23 @@
 //                   before the last rounding. Every rank ends with the same
 //                   bits, the same in every run of a given world size.
 //                   Except on one host: when every peer is on this host
-//                   (loopback) and the message in float32 fits one
-//                   synchronous piece (allreduce_piece_bytes()), it is
-//                   widened, reduced by Gloo's algorithms in float32 on the
-//                   synchronous mesh and rounded once. Loopback has no wire
-//                   to save, and the ring's 2(n-1) messages on the
-//                   event-loop mesh cost more than one synchronous exchange
-//                   of twice the bytes up to there. Measured on 2 ranks
-//                   (median of 7 alternating rounds, us, ring / widened):
-//                   4 KB 440 / 54, 64 KB 610 / 125, 256 KB 570 / 716,
-//                   1 MB 1015 / 2859, 16 MB 43152 / 50758 (BF16 bytes);
-//                   3 ranks on 2 busy cores: 6950 / 1900 at 256 KB, where
-//                   the event loop's thread wake-ups dominate.
+//                   (loopback) and the message in float32 runs whole on the
+//                   synchronous mesh (up to 64 Ki elements at the default
+//                   256 KiB; bf16_runs_widened()), it is widened, reduced by
+//                   Gloo's algorithms in float32 and rounded once. Loopback
+//                   has no wire to save, and there one synchronous exchange
+//                   of twice the bytes beats the ring's 2(n-1) messages,
+//                   each a handshake and two thread wake-ups on the event
+//                   loop; from 256 KB on the ring's halved copies win.
+//                   GlooBench.DISABLED_Bf16RingAgainstWidened, loopback, 2
+//                   busy cores, median of 7 alternating rounds, us per
+//                   all-reduce (ring / widened), by BF16 bytes:
+//                     bytes    2 ranks         3 ranks
+//                     4 KB     578 / 61        2100 / 153
+//                     64 KB    530 / 323       2004 / 441
+//                     256 KB   702 / 1513      2400 / 6884
+//                     1 MB    1317 / 6335      3320 / 29731
+//                     16 MB  30130 / 103054   41062 / 174182
 //   broadcast       gloo::broadcast (root sends to each rank).
 //   allgather       gloo::allgather (ring).
 //   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h);
