@@ -74,6 +74,7 @@ class TwoHosts:
             pass
         for ns in self.ns:
             sh(f"ip netns del {ns}", check=False)
+        sh(f"ip link del {self.veth[0]} 2>/dev/null", check=False)  # if it was created but never moved
 
 
 def train(hosts, run_id, dtype, steps, workdir):
