@@ -10,9 +10,9 @@
 // A reduce-scatter is the all-reduce above, of which each rank keeps its slice.
 //
 // BF16 stays BF16 at every stage, so the network carries 2 bytes per element:
-// the shm stage sums in float32 and rounds once, the leaders' Gloo ring
-// rounds each partial sum at each of its H-1 hops (gloo/bf16_ring.h), and the
-// broadcast copies bits. avg across hosts is that sum, divided by the world
+// the shm stage sums in float32 and rounds once, the leaders' gloo all-reduce
+// (between hosts a ring that rounds each partial sum at each of its H-1 hops:
+// gloo/process_group.h) adds the hosts' sums, and the broadcast copies bits. avg across hosts is that sum, divided by the world
 // size in float32 at the end and rounded once more; on one host the shm stage
 // divides before its only rounding.
 // Ranks are numbered host-major: rank = host * L + local_rank (as gradmesh
