@@ -33,6 +33,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -242,6 +243,26 @@ inline std::vector<CollectiveCase> all_cases(int world, const std::vector<int64_
       cases.push_back({Collective::kAllgather, world, dtype, count});
     }
   return cases;
+}
+
+// Bytes the calling process's network namespace has sent (/proc/net/dev,
+// which shows the namespace of the process reading it): on its loopback
+// device when `loopback`, else on all its other devices together.
+inline uint64_t namespace_tx_bytes(bool loopback) {
+  std::FILE* file = std::fopen("/proc/net/dev", "r");
+  if (file == nullptr) throw std::runtime_error("cannot read /proc/net/dev");
+  uint64_t total = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, file)) {
+    char name[64];
+    unsigned long long field[9];  // receive: bytes packets errs drop fifo frame compressed multicast; transmit: bytes
+    if (std::sscanf(line, " %63[^:]: %llu %llu %llu %llu %llu %llu %llu %llu %llu", name, &field[0], &field[1],
+                    &field[2], &field[3], &field[4], &field[5], &field[6], &field[7], &field[8]) != 10)
+      continue;
+    if ((std::string(name) == "lo") == loopback) total += field[8];
+  }
+  std::fclose(file);
+  return total;
 }
 
 // "rank r: message" lines for the ranks that reported an error ("" when none did).

@@ -186,6 +186,17 @@ TEST(GlooAllreduceChoice, SynchronousOnlyWhatTheSendBufferHolds) {
   EXPECT_FALSE(runs_synchronously(4, AllreduceAlgorithm::kRing, 0));
 }
 
+TEST(GlooAllreduceChoice, Bf16WidenedOnlyOnOneHostWithinOneSynchronousPiece) {
+  using gloo_backend::bf16_runs_widened;
+  using gloo_backend::kSyncMaxBytes;
+  const int64_t piece = static_cast<int64_t>(kSyncMaxBytes / sizeof(float));  // float32 elements
+  EXPECT_TRUE(bf16_runs_widened(1, true, kSyncMaxBytes));
+  EXPECT_TRUE(bf16_runs_widened(piece, true, kSyncMaxBytes));
+  EXPECT_FALSE(bf16_runs_widened(piece + 1, true, kSyncMaxBytes));
+  EXPECT_FALSE(bf16_runs_widened(1, false, kSyncMaxBytes));  // across hosts: always 16 bits on the wire
+  EXPECT_FALSE(bf16_runs_widened(1, true, 0));               // no synchronous connections
+}
+
 TEST(GlooAllreduceChoice, PiecesOnlyOnOneHostAndAboveTheSynchronousLimit) {
   using gloo_backend::allreduce_piece_bytes;
   using gloo_backend::kSyncMaxBytes;

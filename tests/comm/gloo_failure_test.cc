@@ -230,8 +230,9 @@ TEST(GlooFailure, DestroyingAGroupWithAnOperationInFlightDoesNotHang) {
 }
 
 // `count` floats per all-reduce: over 256 KiB they run on the event-loop
-// connections, up to it on the synchronous ones (algorithm_choice.h).
-void expect_peer_death_named(int64_t count) {
+// connections, up to it on the synchronous ones (algorithm_choice.h); BF16
+// over 64 Ki elements runs our own ring (bf16_ring.h).
+void expect_peer_death_named(int64_t count, DType dtype = DType::kF32) {
   TempDir dir;
   constexpr int kWorld = 3;
   const std::string store_dir = dir.path();
@@ -242,7 +243,7 @@ void expect_peer_death_named(int64_t count) {
     struct sigaction pipe_action {};
     if (::sigaction(SIGPIPE, nullptr, &pipe_action) != 0 || pipe_action.sa_handler != SIG_IGN)
       throw std::runtime_error("SIGPIPE is not ignored after creating a gloo group");
-    Tensor t = Tensor::full({count}, 1.0f);
+    Tensor t = Tensor::full({count}, 1.0f).to(dtype);
     group->allreduce(t)->wait();
     if (rank == 2) {
       // Dies while its main thread is inside an all-reduce.
@@ -266,6 +267,8 @@ void expect_peer_death_named(int64_t count) {
 TEST(GlooFailure, PeerKilledMidCollective) { expect_peer_death_named(1'000'003); }
 
 TEST(GlooFailure, PeerKilledMidSynchronousCollective) { expect_peer_death_named(1'000); }
+
+TEST(GlooFailure, PeerKilledMidBf16Ring) { expect_peer_death_named(1'000'003, DType::kBF16); }
 
 }  // namespace
 }  // namespace gradmesh::comm

@@ -77,6 +77,47 @@ TEST(GlooNetns, CollectivesBetweenTwoNamespaces) {
   }
 }
 
+// The bytes each host puts on the link for the same all-reduce in f32 and in
+// bf16: bf16 must travel as 16 bits (counted on the veth, not timed).
+TEST(GlooNetns, Bf16AllreduceSendsHalfTheBytesOfF32) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root; skipping the two-host gloo test";
+  TwoHosts hosts("gb");
+  std::string why;
+  if (!hosts.create(&why)) GTEST_SKIP() << "cannot create network namespaces, skipping the two-host gloo test: " << why;
+  TempDir dir;
+  const std::string store_dir = dir.path();
+  const auto outcomes = testing::run_rank_processes(2, [&](int rank) {
+    hosts.enter(rank);
+    ProcessGroupOptions options;
+    options.hostname = TwoHosts::kAddress[rank];
+    options.timeout = Millis(30'000);
+    auto group = make_gloo_process_group(std::make_shared<FileStore>(store_dir), rank, 2, options);
+    constexpr int64_t kCount = int64_t{4} << 20;
+    uint64_t sent[2] = {0, 0};  // f32, bf16
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const CollectiveCase c{Collective::kAllreduce, 2, dtype, kCount, ReduceOp::kSum};
+      Tensor t = testing::make_input(c, rank);
+      group->barrier()->wait();
+      const uint64_t before = testing::namespace_tx_bytes(/*loopback=*/false);
+      group->allreduce(t)->wait();
+      sent[dtype == DType::kBF16] = testing::namespace_tx_bytes(/*loopback=*/false) - before;
+      const std::string failure = testing::compare_output(c, rank, t);
+      if (!failure.empty()) throw std::runtime_error(failure);
+      group->barrier()->wait();
+    }
+    if (sent[0] < static_cast<uint64_t>(kCount) * 4)
+      throw std::runtime_error("the f32 all-reduce sent only " + std::to_string(sent[0]) + " bytes on the link");
+    if (static_cast<double>(sent[1]) > 0.6 * static_cast<double>(sent[0]))
+      throw std::runtime_error("a bf16 all-reduce of " + std::to_string(kCount) + " elements sent " +
+                               std::to_string(sent[1]) + " bytes, the same f32 all-reduce " + std::to_string(sent[0]) +
+                               ": bf16 must travel as 16 bits");
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_EQ(outcomes[r].message, "");
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Benchmark: our all-reduce against raw Gloo's three algorithms, 2 processes,
 // loopback, 4 KB - 64 MB in steps of 2x, in interleaved rounds (the fastest round of each

@@ -1,12 +1,16 @@
 // The hier backend (shm inside a host, gloo between host leaders) as 2 hosts
-// x 2 ranks in one process, and the backend registry's choices and errors.
+// x 2 ranks in one process, then as 2 network namespaces x 2 processes (root
+// only) to count the bytes that cross between hosts, and the backend
+// registry's choices and errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "collective_reference.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/hier/process_group.h"
 #include "gradmesh/core/error.h"
 #include "support/temp_dir.h"
+#include "support/two_hosts.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -54,6 +58,49 @@ TEST(HierBackend, TwoHostsOfTwoRanksMatchTheReference) {
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(failures[r], "") << "rank " << r;
+  }
+}
+
+// Only the leaders' stage crosses the link: a bf16 all-reduce must put at
+// most 0.6x the bytes of the same f32 one there (counted, not timed).
+TEST(HierBackend, Bf16CrossesHostsAs16Bits) {
+  gradmesh::testing::TwoHosts hosts("hb");
+  std::string why;
+  if (!hosts.create(&why)) GTEST_SKIP() << "cannot create network namespaces, skipping the two-host hier test: " << why;
+  gradmesh::testing::TempDir dir;
+  const std::string store_dir = dir.path();
+  constexpr int kWorld = 4, kLocal = 2;
+  const auto outcomes = testing::run_rank_processes(kWorld, [&](int rank) {
+    const int host = rank / kLocal;
+    hosts.enter(host);
+    ProcessGroupOptions options;
+    options.timeout = Millis(30'000);
+    options.hostname = gradmesh::testing::TwoHosts::kAddress[host];
+    auto group = make_hier_process_group(std::make_shared<FileStore>(store_dir), rank, kWorld, rank % kLocal, kLocal,
+                                         options);
+    constexpr int64_t kCount = int64_t{2} << 20;
+    uint64_t sent[2] = {0, 0};  // f32, bf16
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const CollectiveCase c{Collective::kAllreduce, kWorld, dtype, kCount, ReduceOp::kAvg};
+      Tensor t = testing::make_input(c, rank);
+      group->barrier()->wait();
+      const uint64_t before = testing::namespace_tx_bytes(/*loopback=*/false);
+      testing::launch(*group, c, t, t)->wait();
+      sent[dtype == DType::kBF16] = testing::namespace_tx_bytes(/*loopback=*/false) - before;
+      const std::string failure = testing::compare_output(c, rank, t);
+      if (!failure.empty()) throw std::runtime_error(failure);
+      group->barrier()->wait();
+    }
+    if (rank % kLocal != 0) return;  // the other ranks' share of the count is nothing
+    if (sent[0] < static_cast<uint64_t>(kCount) * 4)
+      throw std::runtime_error("the f32 all-reduce sent only " + std::to_string(sent[0]) + " bytes between hosts");
+    if (static_cast<double>(sent[1]) > 0.6 * static_cast<double>(sent[0]))
+      throw std::runtime_error("a bf16 all-reduce sent " + std::to_string(sent[1]) + " bytes between hosts, the same "
+                               "f32 all-reduce " + std::to_string(sent[0]) + ": bf16 must cross as 16 bits");
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
+    EXPECT_EQ(outcomes[r].message, "");
   }
 }
 

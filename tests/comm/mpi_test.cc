@@ -3,16 +3,23 @@
 // they can compute locally and exit non-zero on the first mismatch. Open MPI
 // keeps allocations until exit by design, so leak detection is off for the
 // MPI ranks in sanitizer builds.
+//
+// The bytes a bf16 all-reduce puts on the wire are counted where nothing else
+// talks: mpirun runs in a fresh network namespace (root only) with MPI's TCP
+// transport over its loopback device, whose counters then see only this job.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "comm/collective_reference.h"
 #include "gradmesh/comm/mpi/process_group.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
@@ -36,19 +43,45 @@ std::string read_log(const std::string& path) {
   return text;
 }
 
+// Runs this binary's tests matching `filter` as `ranks` MPI ranks; "" when
+// mpirun exits 0, else its output. `prefix` goes before mpirun (e.g. "ip netns
+// exec NAME"), `mca` after it.
+std::string run_mpi_workers(int ranks, const std::string& filter, const std::string& prefix = "",
+                            const std::string& mca = "") {
+  const std::string log = ::testing::TempDir() + "gradmesh_mpi_worker_" + std::to_string(ranks) + ".log";
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 "
+                          "timeout 120 " + prefix + " mpirun --oversubscribe -np " + std::to_string(ranks) + " " +
+                          mca + " '" + self_exe() + "' --gtest_filter='" + filter + "' > '" + log + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string output = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : "failed: " + read_log(log);
+  std::remove(log.c_str());
+  return output;
+}
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
 TEST(MpiBackend, CollectivesUnderMpirun) {
   if (launched_by_mpi()) GTEST_SKIP() << "this is an MPI worker";
-  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
-  for (int ranks : {2, 3}) {
-    const std::string log = ::testing::TempDir() + "gradmesh_mpi_worker_" + std::to_string(ranks) + ".log";
-    const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 timeout 120 mpirun "
-                            "--oversubscribe -np " + std::to_string(ranks) + " '" + self_exe() +
-                            "' --gtest_filter='MpiWorker.*' > '" + log + "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "mpirun with " << ranks << " ranks failed; its output: " << read_log(log);
-    std::remove(log.c_str());
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  for (int ranks : {2, 3}) EXPECT_EQ(run_mpi_workers(ranks, "MpiWorker.*"), "") << "mpirun with " << ranks << " ranks";
+}
+
+// MpiWorker.Bf16SendsHalfTheBytesOfF32 in a network namespace of its own.
+TEST(MpiBackend, Bf16TravelsAs16Bits) {
+  if (launched_by_mpi()) GTEST_SKIP() << "this is an MPI worker";
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  if (::geteuid() != 0) GTEST_SKIP() << "counting MPI's bytes needs a network namespace, so root";
+  const std::string name = "gmmpi" + std::to_string(::getpid());
+  if (std::system(("ip netns add " + name + " && ip -n " + name + " link set lo up").c_str()) != 0) {
+    std::system(("ip netns del " + name + " 2>/dev/null").c_str());
+    GTEST_SKIP() << "cannot create a network namespace (iproute2 missing?)";
   }
+  const std::string in_namespace = "ip netns exec " + name + " env GRADMESH_TEST_MPI_WIRE=1";
+  const std::string over_tcp = "-x GRADMESH_TEST_MPI_WIRE --mca btl tcp,self --mca btl_tcp_if_include lo "
+                               "--mca oob_tcp_if_include lo";
+  const std::string result = run_mpi_workers(2, "MpiWorker.Bf16SendsHalfTheBytesOfF32", in_namespace, over_tcp);
+  std::system(("ip netns del " + name).c_str());
+  EXPECT_EQ(result, "");
 }
 
 TEST(MpiBackend, RefusesOutsideMpirun) {
@@ -156,6 +189,60 @@ TEST(MpiWorker, TimeoutNamesTheRankThatNeverArrived) {
   }
   auto fresh = make_mpi_process_group(Millis{30'000});
   EXPECT_TRUE(fresh->barrier({})->wait());
+}
+
+// bf16 all-reduce and reduce-scatter, every reduce op, against the shared
+// reference (integer inputs: every rounding is exact), and non-integer
+// inputs that must leave every rank with the same bits.
+TEST(MpiWorker, Bf16ReductionsMatchTheReference) {
+  if (!launched_by_mpi()) GTEST_SKIP() << "runs only under mpirun";
+  auto pg = make_mpi_process_group(Millis{30'000});
+  const int n = pg->size();
+  for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin})
+      for (auto collective : {testing::Collective::kAllreduce, testing::Collective::kReduceScatter}) {
+        const testing::CollectiveCase c{collective, n, DType::kBF16, count, op};
+        EXPECT_EQ(testing::run_case(*pg, c), "");
+      }
+  const int64_t count = 10'001;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+    Tensor t = Tensor::empty({count});
+    for (int64_t i = 0; i < count; ++i)
+      t.data()[i] = std::sin(static_cast<float>(i * (pg->rank() + 3))) * 1.37f + 0.01f * static_cast<float>(i % 7);
+    t = t.to(DType::kBF16);
+    AllreduceOptions options;
+    options.op = op;
+    ASSERT_TRUE(pg->allreduce(t, options)->wait());
+    Tensor all = Tensor::zeros({n * count}, DType::kBF16);
+    ASSERT_TRUE(pg->allgather(t, all, {})->wait());
+    const auto* bits = static_cast<const uint16_t*>(all.raw());
+    for (int k = 1; k < n; ++k)
+      ASSERT_EQ(std::memcmp(bits, bits + k * count, static_cast<size_t>(count) * 2), 0)
+          << "rank " << k << " ended a bf16 " << reduce_op_name(op) << " with other bits than rank 0";
+  }
+}
+
+// Run by MpiBackend.Bf16TravelsAs16Bits (two ranks, TCP over a private loopback).
+TEST(MpiWorker, Bf16SendsHalfTheBytesOfF32) {
+  if (!launched_by_mpi() || std::getenv("GRADMESH_TEST_MPI_WIRE") == nullptr)
+    GTEST_SKIP() << "runs only under mpirun in a network namespace (MpiBackend.Bf16TravelsAs16Bits)";
+  auto pg = make_mpi_process_group(Millis{60'000});
+  constexpr int64_t kCount = int64_t{4} << 20;
+  uint64_t bytes[2] = {0, 0};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Tensor t = Tensor::full({kCount}, 1.0f).to(dtype);
+    ASSERT_TRUE(pg->barrier({})->wait());
+    const uint64_t before = testing::namespace_tx_bytes(/*loopback=*/true);
+    ASSERT_TRUE(pg->allreduce(t, {})->wait());
+    ASSERT_TRUE(pg->barrier({})->wait());
+    bytes[dtype == DType::kBF16] = testing::namespace_tx_bytes(/*loopback=*/true) - before;
+    EXPECT_EQ(t.to_vector()[kCount - 1], static_cast<float>(pg->size()));
+  }
+  if (pg->rank() == 0) std::printf("loopback bytes: f32 %llu, bf16 %llu\n", (unsigned long long)bytes[0],
+                                   (unsigned long long)bytes[1]);
+  EXPECT_GT(bytes[0], static_cast<uint64_t>(kCount) * 4) << "the f32 all-reduce did not cross the loopback device";
+  EXPECT_LE(static_cast<double>(bytes[1]), 0.6 * static_cast<double>(bytes[0]))
+      << "a bf16 all-reduce sent " << bytes[1] << " bytes, the same f32 all-reduce " << bytes[0];
 }
 
 }  // namespace

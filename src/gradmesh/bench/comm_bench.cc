@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "gradmesh/core/clock.h"
 #include "gradmesh/obs/json_object.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::bench {
 namespace {
@@ -37,7 +40,8 @@ bool bind_to_core(int index, int ranks) {
   DIR* tasks = ::opendir("/proc/self/task");
   if (!tasks) return sched_setaffinity(0, sizeof one, &one) == 0;
   while (const dirent* entry = ::readdir(tasks))
-    if (entry->d_name[0] != '.') sched_setaffinity(std::atoi(entry->d_name), sizeof one, &one);
+    if (const std::optional<int64_t> tid = try_parse_int(entry->d_name, 0, std::numeric_limits<pid_t>::max()))
+      sched_setaffinity(static_cast<pid_t>(*tid), sizeof one, &one);
   ::closedir(tasks);
   return true;
 }

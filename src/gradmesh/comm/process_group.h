@@ -3,8 +3,11 @@
 // Every operation is asynchronous: it is queued in call order on the group's
 // communication thread and returns a Work to wait on. All ranks must issue
 // the same operations in the same order (GRADMESH_COMM_CHECK=1 verifies it).
-// Tensors are contiguous F32 or BF16; BF16 is reduced in float32 and rounded
-// once. Every operation has a timeout; when it expires, or a peer dies, the
+// Tensors are contiguous F32 or BF16. BF16 travels as 16 bits and is added in
+// float32: shm reduces all ranks' values at once and rounds once; gloo, mpi
+// and hier's cross-host stage send BF16 partial sums, rounded at each hop
+// that forms one (a ring on n ranks: n-1 times; each backend's header says
+// how). Every operation has a timeout; when it expires, or a peer dies, the
 // Work fails with an error naming the operation, its sequence number and the
 // ranks that did not arrive, and the group is marked broken: every later
 // call fails at once instead of hanging.

@@ -1,6 +1,7 @@
 // Elementwise reductions shared by the backends. Arithmetic is float32; BF16
-// inputs are widened, combined and rounded once at the end, so a BF16
-// all-reduce of k ranks has one rounding, not k - 1.
+// inputs are widened, combined and rounded once at the end, so reducing k
+// BF16 buffers here rounds once, not k - 1 times. (Backends that send BF16
+// partial sums between ranks round each of them: process_group.h.)
 #pragma once
 
 #include <cstdint>

@@ -83,6 +83,10 @@ bool runs_synchronously(size_t bytes, AllreduceAlgorithm algorithm, size_t sync_
   return bytes <= sync_max_bytes && algorithm != AllreduceAlgorithm::kRingChunked;
 }
 
+bool bf16_runs_widened(int64_t count, bool peers_on_this_host, size_t sync_max_bytes) {
+  return peers_on_this_host && static_cast<size_t>(count) * sizeof(float) <= sync_max_bytes;
+}
+
 size_t sync_max_bytes_for(size_t wmem_max) {
   if (wmem_max == 0) return kSyncMaxBytesUnknownHost;
   return std::min(kSyncMaxBytes, wmem_max / 3 * 4);

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gradmesh::comm::gloo_backend {
 
@@ -102,6 +103,13 @@ size_t sync_max_bytes_for(size_t wmem_max);
 // choice depends only on where the ranks run, so it is the same in every run
 // of the same job.
 size_t allreduce_piece_bytes(size_t bytes, bool peers_on_this_host, size_t sync_max_bytes);
+
+// Whether a BF16 all-reduce of `count` elements is widened to float32 and run
+// by Gloo's algorithms above instead of the ring that keeps BF16 on the wire
+// (bf16_ring.h): only when every peer is on this host and the float32 message
+// runs whole on the synchronous connections, where one exchange of twice the
+// bytes beats the ring's 2(n-1) messages (measurements: process_group.h).
+bool bf16_runs_widened(int64_t count, bool peers_on_this_host, size_t sync_max_bytes);
 
 inline constexpr size_t kSyncMaxBytes = size_t{256} << 10;
 inline constexpr size_t kSyncMaxBytesUnknownHost = size_t{64} << 10;  // wmem_max unreadable

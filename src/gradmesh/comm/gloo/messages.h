@@ -7,9 +7,15 @@
 #include <string>
 
 #include "gradmesh/comm/store.h"
+#include "gradmesh/core/tensor.h"
 #include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm::gloo_backend {
+
+// "f32 x 1000003".
+inline std::string tensor_text(const Tensor& tensor) {
+  return dtype_label(tensor.dtype()) + " x " + std::to_string(tensor.numel());
+}
 
 // Gloo prefixes its messages with the source location ("[./gloo/transport/tcp/pair.cc:598] ").
 inline std::string without_source_location(const std::string& text) {

@@ -5,36 +5,35 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
-#include <gloo/transport/unbound_buffer.h>
 
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <charconv>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "gradmesh/comm/arrival_report.h"
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/comm/gloo/algorithm_choice.h"
 #include "gradmesh/comm/gloo/allreduce_cache.h"
+#include "gradmesh/comm/gloo/bf16_ring.h"
 #include "gradmesh/comm/gloo/device.h"
 #include "gradmesh/comm/gloo/failure_census.h"
 #include "gradmesh/comm/gloo/messages.h"
 #include "gradmesh/comm/gloo/op_watchdog.h"
+#include "gradmesh/comm/gloo/point_to_point.h"
 #include "gradmesh/comm/gloo/ring_reduce_scatter.h"
-#include "gradmesh/comm/gloo/slots.h"
 #include "gradmesh/comm/gloo/store_adapter.h"
 #include "gradmesh/comm/gloo/transport_access.h"
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/comm/reduce.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 
 namespace gradmesh::comm {
 namespace gloo_backend {
@@ -53,12 +52,6 @@ constexpr Millis kGlooBackstop{1000};
 // 4.19 ms queued against 3.87 ms inline (8 alternating runs each).
 // How long a healthy group waits at destruction for its peers (say_goodbye()).
 constexpr Millis kGoodbyeWait{5000};
-
-std::string tensor_text(const Tensor& tensor) {
-  std::string dtype = dtype_name(tensor.dtype());
-  std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char c) { return std::tolower(c); });
-  return dtype + " x " + std::to_string(tensor.numel());
-}
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
@@ -88,12 +81,6 @@ class GlooProcessGroup final : public ProcessGroup {
     Millis timeout;
     Millis gloo_timeout() const { return timeout + kGlooBackstop; }
   };
-  struct Waiter {  // one pending send or recv
-    std::thread thread;
-    std::shared_ptr<gloo::transport::UnboundBuffer> buffer;
-    bool sending;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
 
   // An operation's timeout left empty means the group's (options_.timeout,
   // always set: make_gloo_process_group resolves it).
@@ -112,11 +99,7 @@ class GlooProcessGroup final : public ProcessGroup {
   void agree_on_synchronous_use();
   // Shuts down every connection of both meshes: pending waits fail here and on the peers.
   void shut_down_meshes();
-  void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce);
-  std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, int tag,
-                                       const CollectiveOptions& options);
-  void finish_point_to_point(const std::shared_ptr<Work>& work, gloo::transport::UnboundBuffer& buffer, bool sending,
-                             int peer, Millis timeout);
+  void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce, Millis wait_timeout);
 
   std::shared_ptr<Store> store_;  // keys under "gloo/<n>/" (sub-groups: "gloo/<n>/sub<k>/")
   const int rank_, size_;
@@ -129,18 +112,16 @@ class GlooProcessGroup final : public ProcessGroup {
   size_t sync_max_bytes_ = 0;  // all-reduces up to this size run on sync_context_
   bool peers_on_this_host_ = false;  // every rank agreed all its connections run over loopback
   // Used by one collective at a time (queued, or inline while none is queued):
-  std::vector<float> staging_;  // BF16 all-reduce in float32
-  std::vector<float> scratch_;  // reduce-scatter partial sums
+  RingScratch ring_scratch_;    // partials of the reduce-scatter and BF16 all-reduce rings
+  std::vector<float> staging_;  // a small BF16 all-reduce on one host, widened
 
   std::mutex submit_mutex_;  // numbers collectives and runs inline ones: one submission at a time
   int64_t seq_ = 0;
   std::atomic<int> pending_{0};  // collectives queued or running on the communication thread
   std::mutex state_mutex_;
   bool in_flight_ = false, closing_ = false;
-  int64_t send_seq_ = 0, recv_seq_ = 0;
   int subgroups_ = 0;
-  std::mutex waiters_mutex_;
-  std::vector<Waiter> waiters_;
+  PointToPoint point_to_point_;
 
   std::unique_ptr<OpWatchdog> watchdog_;
   OpQueue queue_;  // last: its thread stops before anything it uses is destroyed
@@ -154,6 +135,12 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
       options_(options),
       global_ranks_(std::move(global_ranks)),
       device_(std::move(device)),
+      point_to_point_(rank, size,
+                      {[this](int r) { return rank_text(r); }, [this] { return queue_.broken(); },
+                       [this](const std::string& message) {
+                         shut_down_meshes();
+                         queue_.mark_broken(message);
+                       }}),
       queue_("gloo group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")") {
   watchdog_ = std::make_unique<OpWatchdog>([this] { shut_down_meshes(); });
   if (size_ == 1) return;
@@ -224,11 +211,9 @@ void GlooProcessGroup::agree_on_synchronous_use() {
   peers_on_this_host_ = true;
   for (int r = 0; r < size_; ++r) {
     const std::string limit = store_->get(key("sync_max_bytes", r), *options_.timeout);
-    size_t value = 0;
-    const auto [end, error] = std::from_chars(limit.data(), limit.data() + limit.size(), value);
-    if (limit.empty() || error != std::errc() || end != limit.data() + limit.size())
-      malformed(key("sync_max_bytes", r), limit, "a byte count");
-    sync_max_bytes_ = std::min(sync_max_bytes_, value);
+    const std::optional<int64_t> value = try_parse_int(limit, 0);
+    if (!value) malformed(key("sync_max_bytes", r), limit, "a byte count");
+    sync_max_bytes_ = std::min(sync_max_bytes_, static_cast<size_t>(*value));
     const std::string local = store_->get(key("peers_on_this_host", r), *options_.timeout);
     if (local != "0" && local != "1") malformed(key("peers_on_this_host", r), local, "0 or 1");
     peers_on_this_host_ = peers_on_this_host_ && local == "1";
@@ -249,16 +234,7 @@ GlooProcessGroup::~GlooProcessGroup() {
     if (in_flight_) shut_down_meshes();
     abandoned = in_flight_ || pending_.load() > 0;
   }
-  {
-    std::lock_guard<std::mutex> lock(waiters_mutex_);
-    for (Waiter& waiter : waiters_) {
-      if (!*waiter.done) {
-        abandoned = true;
-        waiter.sending ? waiter.buffer->abortWaitSend() : waiter.buffer->abortWaitRecv();
-      }
-      waiter.thread.join();
-    }
-  }
+  if (point_to_point_.abort_pending()) abandoned = true;
   if (abandoned) queue_.mark_broken("the group was destroyed with operations still queued or running");
   if (context_) say_goodbye();
 }
@@ -394,10 +370,14 @@ void GlooProcessGroup::fail(const Op& op, std::exception_ptr error, bool expired
   throw Error(timed_out ? ErrorKind::kTimeout : ErrorKind::kComm, message);
 }
 
-void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce) {
+void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce, Millis wait_timeout) {
   if (size_ == 1 || count == 0) return;
   float* values = static_cast<float*>(data);
   if (dtype == DType::kBF16) {
+    if (!bf16_runs_widened(count, peers_on_this_host_, sync_max_bytes_)) {
+      bf16_ring_allreduce(*context_, static_cast<uint16_t*>(data), count, reduce, wait_timeout, ring_scratch_.bf16);
+      return;
+    }
     if (staging_.size() < static_cast<size_t>(count)) staging_.resize(static_cast<size_t>(count));
     const uint16_t* src = static_cast<const uint16_t*>(data);
     for (int64_t i = 0; i < count; ++i) staging_[static_cast<size_t>(i)] = bf16_to_float(src[i]);
@@ -417,7 +397,7 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
   if (reduce == ReduceOp::kAvg) divide_buffer(values, count, static_cast<float>(size_));
   if (dtype == DType::kBF16) {
     uint16_t* dst = static_cast<uint16_t*>(data);
-    for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bf16(staging_[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bf16(values[i]);
   }
 }
 
@@ -431,8 +411,8 @@ std::string GlooProcessGroup::allreduce_algorithm(size_t bytes) const {
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce");
   return submit("allreduce", tensor_text(tensor) + ", " + reduce_op_name(options.op), options,
-                [this, held = tensor, reduce = options.op](const Op&) mutable {
-                  run_allreduce(held.raw(), held.numel(), held.dtype(), reduce);
+                [this, held = tensor, reduce = options.op](const Op& op) mutable {
+                  run_allreduce(held.raw(), held.numel(), held.dtype(), reduce, op.gloo_timeout());
                 });
 }
 
@@ -491,7 +471,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
                     return;
                   }
                   ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
-                                      op.gloo_timeout(), scratch_);
+                                      op.gloo_timeout(), ring_scratch_);
                 });
 }
 
@@ -505,95 +485,13 @@ std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options
 }
 
 std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int dst, int tag, const CollectiveOptions& options) {
-  return point_to_point(true, tensor, dst, tag, options);
+  check_tensor(tensor, "send");
+  return point_to_point_.post(context_.get(), /*sending=*/true, tensor, dst, tag, effective(options.timeout));
 }
 
 std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int src, int tag, const CollectiveOptions& options) {
-  return point_to_point(false, tensor, src, tag, options);
-}
-
-std::shared_ptr<Work> GlooProcessGroup::point_to_point(bool sending, const Tensor& tensor, int peer, int tag,
-                                                       const CollectiveOptions& options) {
-  const char* name = sending ? "send" : "recv";
-  check_tensor(tensor, name);
-  if (peer < 0 || peer >= size_ || peer == rank_ || tag < 0)
-    throw_error(ErrorKind::kUsage, std::string("gloo ") + name,
-                (peer == rank_ ? "rank " + std::to_string(peer) + " is this rank"
-                               : "peer " + std::to_string(peer) + " / tag " + std::to_string(tag) + " out of range") +
-                    "; peers are the other ranks 0.." + std::to_string(size_ - 1) + ", tags >= 0");
-  int64_t seq;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    seq = sending ? ++send_seq_ : ++recv_seq_;
-  }
-  auto work = std::make_shared<Work>(std::string(name) + " #" + std::to_string(seq) + " (" + tensor_text(tensor) +
-                                     (sending ? " to rank " : " from rank ") + rank_text(peer) + ", tag " +
-                                     std::to_string(tag) + ")");
-  work->start();
-  if (queue_.broken()) {
-    work->finish(std::make_exception_ptr(
-        Error(ErrorKind::kComm,
-              "gloo " + work->description() + ": the group is broken by an earlier failure; see its error")));
-    return work;
-  }
-  if (tensor.nbytes() == 0) {
-    work->finish();
-    return work;
-  }
-  const Millis timeout = effective(options.timeout);
-  // The waiter holds the tensor's storage until the transfer is done.
-  Tensor held = tensor;
-  std::shared_ptr<gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(const_cast<void*>(tensor.raw()), tensor.nbytes());
-  const uint64_t slot = kPointToPointSlotBase + static_cast<uint64_t>(tag);
-  try {
-    sending ? buffer->send(peer, slot) : buffer->recv(peer, slot);
-  } catch (const std::exception& e) {
-    work->finish(std::make_exception_ptr(
-        Error(ErrorKind::kComm, "gloo " + work->description() + ": " + without_source_location(e.what()))));
-    return work;
-  }
-  std::lock_guard<std::mutex> lock(waiters_mutex_);
-  // Reap finished waiters so a long run does not accumulate threads.
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (*it->done) {
-      it->thread.join();
-      it = waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread thread([this, work, buffer, held, sending, peer, timeout, done] {
-    finish_point_to_point(work, *buffer, sending, peer, timeout);
-    *done = true;
-  });
-  waiters_.push_back(Waiter{std::move(thread), buffer, sending, done});
-  return work;
-}
-
-void GlooProcessGroup::finish_point_to_point(const std::shared_ptr<Work>& work, gloo::transport::UnboundBuffer& buffer,
-                                             bool sending, int peer, Millis timeout) {
-  std::string message;
-  bool timed_out = false;
-  try {
-    const bool completed = sending ? buffer.waitSend(timeout) : buffer.waitRecv(timeout);
-    if (completed) {
-      work->finish();
-      return;
-    }
-    message = "cancelled: the group was destroyed";
-  } catch (const std::exception& e) {
-    const std::string cause = without_source_location(e.what());
-    timed_out = mentions_timeout(cause);
-    message = timed_out ? "timed out after " + duration_text(timeout) + " waiting for rank " + rank_text(peer) +
-                              " to post the matching " + (sending ? "recv" : "send")
-                        : "lost the connection to rank " + rank_text(peer) + " (" + cause + ")";
-  }
-  message = "gloo " + work->description() + ": " + message;
-  shut_down_meshes();
-  queue_.mark_broken(message);
-  work->finish(std::make_exception_ptr(Error(timed_out ? ErrorKind::kTimeout : ErrorKind::kComm, message)));
+  check_tensor(tensor, "recv");
+  return point_to_point_.post(context_.get(), /*sending=*/false, tensor, src, tag, effective(options.timeout));
 }
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::new_group(const std::vector<int>& ranks) {

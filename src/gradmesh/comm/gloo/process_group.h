@@ -21,20 +21,43 @@
 // writes (2-3x faster up to 256 KiB; algorithm_choice.h says why only there).
 // When every rank runs on this host, larger all-reduces run there too, as
 // consecutive 256 KiB pieces (allreduce_piece_bytes()).
-//   allreduce       Gloo ring / ring-chunked / halving-doubling, picked by
-//                   message size (algorithm_choice.h); F32 in place with no
-//                   copy. BF16 is widened into a float32 scratch buffer,
-//                   reduced in float32 and rounded once (2x the bytes of a
-//                   BF16 wire format, but exact float32 accumulation and one
-//                   rounding for any number of ranks). avg = sum, then / n.
+//   allreduce       F32: Gloo ring / ring-chunked / halving-doubling, picked
+//                   by message size (algorithm_choice.h), in place with no
+//                   copy; avg = sum, then / n.
+//                   BF16: our ring reduce-scatter + all-gather with BF16 on
+//                   the wire (bf16_ring.h), half the bytes of widening to
+//                   float32: each hop widens the received partial sum, adds
+//                   this rank's value in float32 and rounds to BF16, so a ring
+//                   on n ranks rounds each partial sum at each of its n-1 hops
+//                   (once for 2 ranks); avg divides the final float32 sum by n
+//                   before the last rounding. Every rank ends with the same
+//                   bits, the same in every run of a given world size.
+//                   Except on one host: when every peer is on this host
+//                   (loopback) and the message in float32 runs whole on the
+//                   synchronous mesh (up to 64 Ki elements at the default
+//                   256 KiB; bf16_runs_widened()), it is widened, reduced by
+//                   Gloo's algorithms in float32 and rounded once. Loopback
+//                   has no wire to save, and there one synchronous exchange
+//                   of twice the bytes beats the ring's 2(n-1) messages,
+//                   each a handshake and two thread wake-ups on the event
+//                   loop; from 256 KB on the ring's halved copies win.
+//                   GlooBench.DISABLED_Bf16RingAgainstWidened, loopback, 2
+//                   busy cores, median of 7 alternating rounds, us per
+//                   all-reduce (ring / widened), by BF16 bytes:
+//                     bytes    2 ranks         3 ranks
+//                     4 KB     578 / 61        2100 / 153
+//                     64 KB    530 / 323       2004 / 441
+//                     256 KB   702 / 1513      2400 / 6884
+//                     1 MB    1317 / 6335      3320 / 29731
+//                     16 MB  30130 / 103054   41062 / 174182
 //   broadcast       gloo::broadcast (root sends to each rank).
 //   allgather       gloo::allgather (ring).
-//   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h).
+//   reduce_scatter  a ring over unbound buffers (ring_reduce_scatter.h);
+//                   BF16 partials travel and round as in the BF16 all-reduce.
 //   barrier         gloo::barrier.
 //   send / recv     unbound buffers posted at once on the caller's thread
-//                   (they do not wait behind queued collectives, so two ranks
-//                   may exchange messages in either order); a helper thread
-//                   finishes the Work. Tags 0 .. 2^32-1.
+//                   (point_to_point.h: they do not wait behind queued
+//                   collectives); a waiter thread finishes the Work.
 //   new_group       a new Gloo context among the members, rendezvousing under
 //                   "<this group's prefix>/sub<k>/" (k counts new_group calls),
 //                   sharing this group's device.

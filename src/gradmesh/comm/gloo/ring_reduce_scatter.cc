@@ -7,9 +7,9 @@
 #include <memory>
 #include <stdexcept>
 
+#include "gradmesh/comm/gloo/bf16_ring.h"
 #include "gradmesh/comm/gloo/slots.h"
 #include "gradmesh/comm/reduce.h"
-#include "gradmesh/core/bf16.h"
 
 namespace gradmesh::comm::gloo_backend {
 namespace {
@@ -22,67 +22,54 @@ void wait_send(gloo::transport::UnboundBuffer& buffer, std::chrono::milliseconds
   if (!buffer.waitSend(timeout)) throw std::runtime_error("reduce-scatter send was aborted");
 }
 
-void widen(const void* in, float* out, int64_t count, DType dtype) {
-  if (dtype == DType::kF32) {
-    std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
-    return;
-  }
-  const uint16_t* src = static_cast<const uint16_t*>(in);
-  for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_float(src[i]);
-}
-
-void narrow(const float* in, void* out, int64_t count, DType dtype) {
-  if (dtype == DType::kF32) {
-    std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
-    return;
-  }
-  uint16_t* dst = static_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bf16(in[i]);
-}
-
-}  // namespace
-
-void ring_reduce_scatter(gloo::Context& context, const void* in, void* out, int64_t count, DType dtype, ReduceOp op,
-                         std::chrono::milliseconds wait_timeout, std::vector<float>& scratch) {
+void f32_ring_reduce_scatter(gloo::Context& context, const float* in, float* out, int64_t count, ReduceOp op,
+                             std::chrono::milliseconds wait_timeout, std::vector<float>& scratch) {
   const int n = context.size;
   const int rank = context.rank;
-  const size_t element_bytes = dtype_size(dtype);
-  if (count == 0) return;
-  const char* own = static_cast<const char*>(in);
-  auto chunk = [&](int c) { return own + static_cast<size_t>(c) * static_cast<size_t>(count) * element_bytes; };
+  auto chunk = [&](int c) { return in + static_cast<size_t>(c) * static_cast<size_t>(count); };
   auto ring = [n](int x) { return ((x % n) + n) % n; };
-  if (n == 1) {
-    std::memcpy(out, in, static_cast<size_t>(count) * element_bytes);
-    return;
-  }
   const size_t partial_bytes = static_cast<size_t>(count) * sizeof(float);
   if (scratch.size() < 2 * static_cast<size_t>(count)) scratch.resize(2 * static_cast<size_t>(count));
   float* half[2] = {scratch.data(), scratch.data() + count};
   // One unbound buffer per half: Gloo allows one pending operation per buffer.
   std::unique_ptr<gloo::transport::UnboundBuffer> half_buffer[2] = {
       context.createUnboundBuffer(half[0], partial_bytes), context.createUnboundBuffer(half[1], partial_bytes)};
-  // Step 0 sends this rank's own piece of chunk r-1: float32 straight from
-  // the input; BF16 widened first, so the wire always carries float32.
-  std::unique_ptr<gloo::transport::UnboundBuffer> first_send;
-  if (dtype == DType::kF32)
-    first_send = context.createUnboundBuffer(const_cast<char*>(chunk(ring(rank - 1))), partial_bytes);
-  else
-    widen(chunk(ring(rank - 1)), half[1], count, dtype);
+  // Step 0 sends this rank's own piece of chunk r-1 straight from the input.
+  std::unique_ptr<gloo::transport::UnboundBuffer> first_send =
+      context.createUnboundBuffer(const_cast<float*>(chunk(ring(rank - 1))), partial_bytes);
 
   const int left = ring(rank - 1), right = ring(rank + 1);
   for (int step = 0; step < n - 1; ++step) {
     gloo::transport::UnboundBuffer& incoming = *half_buffer[step % 2];
-    gloo::transport::UnboundBuffer& outgoing = step == 0 && first_send ? *first_send : *half_buffer[(step + 1) % 2];
+    gloo::transport::UnboundBuffer& outgoing = step == 0 ? *first_send : *half_buffer[(step + 1) % 2];
     incoming.recv(left, kReduceScatterSlot);
     outgoing.send(right, kReduceScatterSlot);
     wait_recv(incoming, wait_timeout);
-    combine_into(half[step % 2], chunk(ring(rank - step - 2)), count, dtype, op);
+    combine_into(half[step % 2], chunk(ring(rank - step - 2)), count, DType::kF32, op);
     // The half just sent receives in the next step: its send must be done.
     wait_send(outgoing, wait_timeout);
   }
   float* result = half[(n - 2) % 2];
   if (op == ReduceOp::kAvg) divide_buffer(result, count, static_cast<float>(n));
-  narrow(result, out, count, dtype);
+  std::memcpy(out, result, partial_bytes);
+}
+
+}  // namespace
+
+void ring_reduce_scatter(gloo::Context& context, const void* in, void* out, int64_t count, DType dtype, ReduceOp op,
+                         std::chrono::milliseconds wait_timeout, RingScratch& scratch) {
+  if (count == 0) return;
+  if (context.size == 1) {
+    std::memcpy(out, in, static_cast<size_t>(count) * dtype_size(dtype));
+    return;
+  }
+  if (dtype == DType::kBF16) {
+    bf16_ring_reduce_scatter(context, static_cast<const uint16_t*>(in), RingChunks(count * context.size, context.size),
+                             static_cast<uint16_t*>(out), op, kReduceScatterSlot, wait_timeout, scratch.bf16);
+    return;
+  }
+  f32_ring_reduce_scatter(context, static_cast<const float*>(in), static_cast<float*>(out), count, op, wait_timeout,
+                          scratch.f32);
 }
 
 }  // namespace gradmesh::comm::gloo_backend

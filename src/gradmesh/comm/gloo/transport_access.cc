@@ -1,4 +1,5 @@
 #include "gradmesh/comm/gloo/transport_access.h"
+#include "gradmesh/core/parse_number.h"
 
 #include <dirent.h>
 #include <gloo/context.h>
@@ -11,6 +12,8 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -86,8 +89,9 @@ int for_each_pair_socket(gloo::Context& context, const std::function<void(int)>&
   const int own = ::dirfd(dir);
   int found = 0;
   while (const dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    const int fd = std::atoi(entry->d_name);
+    const std::optional<int64_t> number = try_parse_int(entry->d_name, 0, std::numeric_limits<int>::max());
+    if (!number) continue;  // ".", ".."
+    const int fd = static_cast<int>(*number);
     if (fd != own && is_pair_socket(fd, locals)) {
       ++found;
       fn(fd);

@@ -3,7 +3,9 @@
 #include "gradmesh/comm/gloo/process_group.h"
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/comm/shm/process_group.h"
+#include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -32,16 +34,7 @@ class HierProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
     return queue_->enqueue(describe("allreduce", tensor), [this, tensor, options]() mutable {
-      // BF16 is widened once so the three stages add in float32 and round once at the end.
-      Tensor work = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
-      AllreduceOptions stage = options;
-      stage.background = false;  // see stage_options()
-      if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;  // divide once, by the world size, at the end
-      wait(local_->allreduce(work, stage), options);
-      if (leaders_) wait(leaders_->allreduce(work, stage), options);
-      fan_out(work, options);
-      if (options.op == ReduceOp::kAvg) scale(work, 1.0f / static_cast<float>(size_));
-      if (tensor.dtype() != DType::kF32) tensor.copy_from(work.to(DType::kBF16));
+      allreduce_in_stages(tensor, options);
     });
   }
 
@@ -79,16 +72,9 @@ class HierProcessGroup : public ProcessGroup {
     // All-reduce, then keep this rank's slice: the same result with the
     // hierarchical all-reduce's traffic pattern.
     return queue_->enqueue(describe("reduce_scatter", in), [this, in, out, options]() mutable {
-      Tensor full = in.to(DType::kF32);
-      AllreduceOptions stage = options;
-      stage.background = false;
-      if (options.op == ReduceOp::kAvg) stage.op = ReduceOp::kSum;
-      wait(local_->allreduce(full, stage), options);
-      if (leaders_) wait(leaders_->allreduce(full, stage), options);
-      fan_out(full, options);
-      Tensor mine = full.slice_flat(static_cast<int64_t>(rank_) * out.numel(), out.shape());
-      if (options.op == ReduceOp::kAvg) scale(mine, 1.0f / static_cast<float>(size_));
-      out.copy_from(out.dtype() == DType::kF32 ? mine : mine.to(DType::kBF16));
+      Tensor full = in.clone();
+      allreduce_in_stages(full, options);
+      out.copy_from(full.slice_flat(static_cast<int64_t>(rank_) * out.numel(), out.shape()));
     });
   }
 
@@ -125,11 +111,25 @@ class HierProcessGroup : public ProcessGroup {
     return stage;
   }
 
+  // tensor := options.op over all ranks, in place, in its own dtype at every
+  // stage, so BF16 crosses hosts as 16 bits (the header says how it rounds).
+  void allreduce_in_stages(Tensor& tensor, const AllreduceOptions& options) {
+    AllreduceOptions stage = stage_options(options);
+    const bool one_host = size_ == local_size_;
+    // avg: sums, divided once by the world size at the end; on one host the
+    // shm stage is the whole reduction and divides by itself.
+    if (options.op == ReduceOp::kAvg && !one_host) stage.op = ReduceOp::kSum;
+    wait(local_->allreduce(tensor, stage), options);
+    if (leaders_) wait(leaders_->allreduce(tensor, stage), options);
+    fan_out(tensor, options);
+    if (options.op == ReduceOp::kAvg && !one_host) divide(tensor, static_cast<float>(size_));
+  }
+
   void wait(const std::shared_ptr<Work>& work, const CollectiveOptions& options) {
     const Millis timeout = options.timeout.value_or(timeout_);  // empty: the group's
     if (!work->wait(timeout))
       throw_error(ErrorKind::kTimeout, work->description(),
-                  "timed out after " + std::to_string(timeout.count() / 1000.0) + " s");
+                  "timed out after " + duration_text(timeout));
   }
 
   void fan_out(Tensor& tensor, const CollectiveOptions& options) {
@@ -140,9 +140,14 @@ class HierProcessGroup : public ProcessGroup {
     wait(local_->broadcast(tensor, from_leader), options);
   }
 
-  // REQUIRES: t is float32 (the stages above always work in float32).
-  static void scale(Tensor& t, float factor) {
-    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] *= factor;
+  // t[i] /= divisor in float32 (BF16: widened, divided and rounded back).
+  static void divide(Tensor& t, float divisor) {
+    if (t.dtype() == DType::kF32) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] /= divisor;
+      return;
+    }
+    auto* bits = static_cast<uint16_t*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i) bits[i] = float_to_bf16(bf16_to_float(bits[i]) / divisor);
   }
 
   int rank_, size_, local_rank_, local_size_, host_;

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "gradmesh/comm/arrival_report.h"
+#include "gradmesh/comm/mpi/bf16_ops.h"
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -32,7 +34,10 @@ void finalize_at_exit() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (initialized && !finalized) {
+    mpi_backend::free_bf16_ops();
+    MPI_Finalize();
+  }
 }
 
 void ensure_initialized() {
@@ -50,7 +55,12 @@ void ensure_initialized() {
   });
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+// The MPI datatype and operation that reduce `dtype` elements with `op`
+// (kAvg: the sum; the caller divides).
+MPI_Datatype mpi_type(DType dtype) { return dtype == DType::kF32 ? MPI_FLOAT : mpi_backend::bf16_datatype(); }
+
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::kBF16) return mpi_backend::bf16_op(op);
   switch (op) {
     case ReduceOp::kMax: return MPI_MAX;
     case ReduceOp::kMin: return MPI_MIN;
@@ -58,6 +68,16 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::kAvg: return MPI_SUM;
   }
   return MPI_SUM;
+}
+
+// t[i] /= n, in float32 (BF16: widened and rounded back).
+void divide(Tensor& t, int n) {
+  if (t.dtype() == DType::kF32) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] /= static_cast<float>(n);
+    return;
+  }
+  auto* bits = static_cast<uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) bits[i] = float_to_bf16(bf16_to_float(bits[i]) / static_cast<float>(n));
 }
 
 std::string describe(const std::string& op, int64_t seq, const Tensor& t, const std::string& extra = "") {
@@ -91,16 +111,13 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> allreduce(Tensor& tensor, const AllreduceOptions& options) override {
     const std::string what = describe("allreduce", ++seq_, tensor, reduce_op_name(options.op));
     return queue_->enqueue(what, [this, tensor, options, what]() mutable {
-      // BF16 travels as float32 so it is summed in float32 and rounded once.
-      Tensor wide = tensor.dtype() == DType::kF32 ? tensor : tensor.to(DType::kF32);
+      // Each dtype travels as itself: BF16 as 16 bits, reduced by bf16_ops.h.
       MPI_Request request;
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, wide.data(), static_cast<int>(wide.numel()), MPI_FLOAT, mpi_op(options.op),
-                               comm_, &request),
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, tensor.raw(), static_cast<int>(tensor.numel()), mpi_type(tensor.dtype()),
+                               mpi_op(options.op, tensor.dtype()), comm_, &request),
                 what);
-      complete(request, what, options.timeout, {tensor, wide});
-      if (options.op == ReduceOp::kAvg)
-        for (int64_t i = 0; i < wide.numel(); ++i) wide.data()[i] /= static_cast<float>(size_);
-      if (tensor.dtype() != DType::kF32) tensor.copy_from(wide.to(DType::kBF16));
+      complete(request, what, options.timeout, {tensor});
+      if (options.op == ReduceOp::kAvg) divide(tensor, size_);
     });
   }
 
@@ -130,16 +147,12 @@ class MpiProcessGroup : public ProcessGroup {
     check_sizes(out, in, size_, "reduce_scatter");
     const std::string what = describe("reduce_scatter", ++seq_, in, reduce_op_name(options.op));
     return queue_->enqueue(what, [this, in, out, options, what]() mutable {
-      Tensor wide_in = in.dtype() == DType::kF32 ? in : in.to(DType::kF32);
-      Tensor wide_out = out.dtype() == DType::kF32 ? out : Tensor::empty(out.shape());
       MPI_Request request;
-      check_mpi(MPI_Ireduce_scatter_block(wide_in.data(), wide_out.data(), static_cast<int>(out.numel()), MPI_FLOAT,
-                                          mpi_op(options.op), comm_, &request),
+      check_mpi(MPI_Ireduce_scatter_block(in.raw(), out.raw(), static_cast<int>(out.numel()), mpi_type(in.dtype()),
+                                          mpi_op(options.op, in.dtype()), comm_, &request),
                 what);
-      complete(request, what, options.timeout, {wide_in, wide_out});
-      if (options.op == ReduceOp::kAvg)
-        for (int64_t i = 0; i < wide_out.numel(); ++i) wide_out.data()[i] /= static_cast<float>(size_);
-      if (out.dtype() != DType::kF32) out.copy_from(wide_out.to(DType::kBF16));
+      complete(request, what, options.timeout, {in, out});
+      if (options.op == ReduceOp::kAvg) divide(out, size_);
     });
   }
 
@@ -210,7 +223,7 @@ class MpiProcessGroup : public ProcessGroup {
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
         abandoned_.insert(abandoned_.end(), buffers.begin(), buffers.end());
-        const std::string waited = "timed out after " + std::to_string(timeout.count() / 1000.0) + " s";
+        const std::string waited = "timed out after " + duration_text(timeout);
         throw_error(ErrorKind::kTimeout, what, collective ? waited + "; " + census(what, timeout) : waited);
       }
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 10000 ? 1000 : 50));
