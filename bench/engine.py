@@ -2,8 +2,11 @@
 """Engine benchmark: gradmesh against PyTorch on the reference workloads, side by side.
 
 Runs each pair A B A B ... (alternating, same machine, same moment) and reports
-medians and the ratio ours / anchor. Also measures OpenBLAS sgemm in the same run
-and reports the MLP's achieved GEMM GFLOP/s at batch 512 as a fraction of it.
+medians and the ratio ours / anchor. The "1 thread" rows pin both processes
+to one core (taskset -c 0): unpinned, gradmesh's loader thread would quietly
+run on the second core while PyTorch computes and loads on one. Also measures
+OpenBLAS sgemm in the same run and reports the MLP's achieved GEMM GFLOP/s at
+batch 512 (pinned the same way) as a fraction of it.
 
 The MLP's test accuracy is also compared over several seeds (--seeds N): one
 run's accuracy varies by about +-0.01 with the seed on both sides, so the
@@ -17,6 +20,16 @@ import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADMESH = os.path.join(ROOT, "build", "gradmesh")
+PIN_ONE_CORE = ["taskset", "-c", "0"]
+
+
+def pinning(threads):
+    """The command prefix that gives a run as many cores as it has threads: one thread, one core."""
+    return PIN_ONE_CORE if threads == 1 else []
+
+
+def pinning_label(threads):
+    return "taskset -c 0 (both)" if threads == 1 else f"none ({os.cpu_count()} cores)"
 
 
 def run(cmd, env=None):
@@ -28,8 +41,8 @@ def run(cmd, env=None):
 
 def ours(kind, threads, batch=128, epochs=1, seed=0):
     with tempfile.TemporaryDirectory() as tmp:
-        run([GRADMESH, "train", os.path.join(ROOT, "examples", f"{kind}.toml"), "--set", f"train.threads={threads}",
-             "--set", f"train.batch_size={batch}", "--set", f"train.epochs={epochs}", "--set", f"output.dir={tmp}",
+        run(pinning(threads) + [GRADMESH, "train", os.path.join(ROOT, "examples", f"{kind}.toml"),
+             "--set", f"train.threads={threads}", "--set", f"train.batch_size={batch}", "--set", f"train.epochs={epochs}", "--set", f"output.dir={tmp}",
              "--set", "output.save_weights=false", "--set", f"train.seed={seed}", "--set", "output.report=false",
              "--set", "output.trace_steps=0"], env=dict(os.environ, GRADMESH_PROGRESS="off"))
         (run_dir,) = os.listdir(tmp)
@@ -52,7 +65,7 @@ def torch(anchors, kind, threads, seed=0):
             script = os.path.join(tmp, "torch_fmnist.py")
             with open(script, "w") as f:
                 f.write(patched)
-        out = run([sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3",
+        out = run(pinning(threads) + [sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3",
                    script, kind, "1", "128"], env=env)
     m = re.search(r"samples/s=(\d+) test_acc=([0-9.]+)", out)
     if not m:
@@ -61,7 +74,8 @@ def torch(anchors, kind, threads, seed=0):
 
 
 def gemm_peak(threads):
-    out = json.loads(run([GRADMESH, "bench", "gemm", "--n", "2048", "--threads", str(threads), "--json"]))
+    out = json.loads(run(pinning(threads) + [GRADMESH, "bench", "gemm", "--n", "2048", "--threads", str(threads),
+                                             "--json"]))
     return out["gflops"]
 
 
@@ -88,15 +102,19 @@ def main():
         t_sps = statistics.median(x[0] for x in t)
         o_acc = statistics.median(x[1] for x in o)
         t_acc = statistics.median(x[1] for x in t)
-        rows.append((f"{kind.upper()} {threads} thread{'s' if threads > 1 else ''}", o_sps, t_sps, o_acc, t_acc, target))
+        rows.append((f"{kind.upper()} {threads} thread{'s' if threads > 1 else ''}", pinning_label(threads),
+                     o_sps, t_sps, o_acc, t_acc, target))
         print(f"  {name}: ours {[round(x[0]) for x in o]} torch {[round(x[0]) for x in t]}", file=sys.stderr)
     print(f"machine: {os.cpu_count()} cores; {a.runs} alternating runs each, medians; "
           f"anchor: PyTorch (Debian python3-torch), OMP_NUM_THREADS = threads; ours: train.threads = threads")
-    print("| workload | gradmesh samples/s | PyTorch samples/s | ratio | target | gradmesh acc | PyTorch acc |")
-    print("|---|---|---|---|---|---|---|")
-    for label, o_sps, t_sps, o_acc, t_acc, target in rows:
+    print()
+    print("| workload | cores (pinning) | gradmesh samples/s | PyTorch samples/s | ratio | target | gradmesh acc "
+          "| PyTorch acc |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, pinned, o_sps, t_sps, o_acc, t_acc, target in rows:
         verdict = "" if target is None else (f">= {target}x " + ("met" if o_sps / t_sps >= target else "MISSED"))
-        print(f"| {label} | {o_sps:,.0f} | {t_sps:,.0f} | {o_sps / t_sps:.2f}x | {verdict} | {o_acc:.4f} | {t_acc:.4f} |")
+        print(f"| {label} | {pinned} | {o_sps:,.0f} | {t_sps:,.0f} | {o_sps / t_sps:.2f}x | {verdict} "
+              f"| {o_acc:.4f} | {t_acc:.4f} |")
     if "gemm" in wanted:
         fr = []
         for _ in range(a.runs):
@@ -106,9 +124,10 @@ def main():
         ach = statistics.median(x[0] for x in fr)
         peak = statistics.median(x[1] for x in fr)
         print()
-        print("| GEMM-bound step | achieved GFLOP/s | OpenBLAS sgemm n=2048 GFLOP/s | fraction | target |")
-        print("|---|---|---|---|---|")
-        print(f"| MLP batch 512, 1 thread | {ach:.1f} | {peak:.1f} | {ach / peak:.2f} | >= 0.6 "
+        print("| GEMM-bound step | cores (pinning) | achieved GFLOP/s | OpenBLAS sgemm n=2048 GFLOP/s | fraction "
+              "| target |")
+        print("|---|---|---|---|---|---|")
+        print(f"| MLP batch 512, 1 thread | {pinning_label(1)} | {ach:.1f} | {peak:.1f} | {ach / peak:.2f} | >= 0.6 "
               f"{'met' if ach / peak >= 0.6 else 'MISSED'} |")
 
     if "seeds" in wanted:

@@ -138,7 +138,8 @@ TEST(GlooTransportAccess, ShutDownFailsBothSidesAtOnce) {
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
   std::latch connected(2), shut(2);
-  std::vector<bool> open_before(2), closed_after(2);
+  // One element per rank thread: not vector<bool>, whose elements share a word.
+  std::vector<char> open_before(2), closed_after(2);
   const auto errors = testing::run_rank_threads(2, [&](int rank) {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
@@ -158,8 +159,8 @@ TEST(GlooTransportAccess, ShutDownFailsBothSidesAtOnce) {
     shut.arrive_and_wait();
   });
   EXPECT_EQ(join_errors(errors), "");
-  EXPECT_EQ(open_before, std::vector<bool>({true, true}));
-  EXPECT_EQ(closed_after, std::vector<bool>({true, true}));
+  EXPECT_EQ(open_before, std::vector<char>({true, true}));
+  EXPECT_EQ(closed_after, std::vector<char>({true, true}));
 }
 
 TEST(GlooAllreduceChoice, RingOnlyForTwoRanksAndSmallMessages) {

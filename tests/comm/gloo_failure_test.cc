@@ -125,7 +125,8 @@ TEST(GlooFailure, CollectiveNamesTheRankThatNeverArrived) {
   constexpr int kWorld = 3;
   std::vector<std::string> messages(kWorld);
   std::vector<ErrorKind> kinds(kWorld, ErrorKind::kInternal);
-  std::vector<bool> broken(kWorld, false), later_failed(kWorld, false);
+  // One element per rank thread: not vector<bool>, whose elements share a word.
+  std::vector<char> broken(kWorld, false), later_failed(kWorld, false);
   std::promise<void> others_done;
   std::shared_future<void> others_done_future = others_done.get_future().share();
   std::atomic<int> finished{0};
