@@ -148,14 +148,15 @@ TEST(GlooTransportAccess, ShutDownFailsBothSidesAtOnce) {
     context->setTimeout(std::chrono::seconds(60));
     gloo_backend::GlooStoreAdapter adapter(store, Millis(20'000));
     context->connectFullMesh(adapter, device);
-    open_before[rank] = gloo_backend::all_connections_open(*context);
+    const gloo_backend::PairSockets sockets(*context);
+    open_before[rank] = sockets.all_open();
     connected.arrive_and_wait();
-    if (rank == 0) gloo_backend::shut_down_connections(*context);
+    if (rank == 0) sockets.shut_down();
     // Both sides must notice within a moment, not at Gloo's 60 s timeout.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (gloo_backend::all_connections_open(*context) && std::chrono::steady_clock::now() < deadline)
+    while (sockets.all_open() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    closed_after[rank] = !gloo_backend::all_connections_open(*context);
+    closed_after[rank] = !sockets.all_open();
     shut.arrive_and_wait();
   });
   EXPECT_EQ(join_errors(errors), "");

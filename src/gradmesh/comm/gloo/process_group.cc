@@ -108,6 +108,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;       // null when size_ == 1
   std::shared_ptr<gloo::rendezvous::Context> sync_context_;  // the same peers in synchronous mode; null when size_ == 1
+  // Their connections, for shutting down and probing from any thread; set once in the constructor.
+  std::unique_ptr<PairSockets> sockets_, sync_sockets_;
   std::unique_ptr<AllreduceCache> cache_, sync_cache_;
   size_t sync_max_bytes_ = 0;  // all-reduces up to this size run on sync_context_
   bool peers_on_this_host_ = false;  // every rank agreed all its connections run over loopback
@@ -146,6 +148,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (size_ == 1) return;
   if (!device_) device_ = create_device(choose_listen_address(options_));
   context_ = connect_mesh(store_);
+  sockets_ = std::make_unique<PairSockets>(*context_);
   cache_ = std::make_unique<AllreduceCache>(context_);
   // The second mesh, for small all-reduces (runs_synchronously()) and, when
   // every rank is on this host, large ones in pieces (allreduce_piece_bytes()).
@@ -161,6 +164,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     throw_error(ErrorKind::kComm, "gloo rendezvous in " + store_->describe() + " (rank " + std::to_string(rank_) + ")",
                 "a connection closed while it was set up: " + without_source_location(e.what()));
   }
+  sync_sockets_ = std::make_unique<PairSockets>(*sync_context);
   sync_context_ = std::move(sync_context);
   sync_cache_ = std::make_unique<AllreduceCache>(sync_context_);
 }
@@ -195,7 +199,7 @@ void GlooProcessGroup::agree_on_synchronous_use() {
   // Both published before waiting for either, so the agreement costs one store round trip.
   const auto key = [](const char* name, int rank) { return std::string(name) + "/" + std::to_string(rank); };
   store_->set(key("sync_max_bytes", rank_), std::to_string(sync_max_bytes_for(wmem_max)));
-  store_->set(key("peers_on_this_host", rank_), all_peers_on_this_host(*context_) ? "1" : "0");
+  store_->set(key("peers_on_this_host", rank_), sockets_->all_on_this_host() ? "1" : "0");
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) {
     keys.push_back(key("sync_max_bytes", r));
@@ -221,8 +225,8 @@ void GlooProcessGroup::agree_on_synchronous_use() {
 }
 
 void GlooProcessGroup::shut_down_meshes() {
-  if (context_) shut_down_connections(*context_);
-  if (sync_context_) shut_down_connections(*sync_context_);
+  if (sockets_) sockets_->shut_down();
+  if (sync_sockets_) sync_sockets_->shut_down();
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
@@ -249,7 +253,7 @@ void GlooProcessGroup::say_goodbye() {
   // whatever the peer computes before it destroys its group.
   try {
     store_->set("bye/" + std::to_string(rank_), "");
-    const bool connected = all_connections_open(*context_) && (!sync_context_ || all_connections_open(*sync_context_));
+    const bool connected = sockets_->all_open() && (!sync_sockets_ || sync_sockets_->all_open());
     if (queue_.broken() || !connected) return;
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));

@@ -14,18 +14,25 @@
 //   The buffer's pointer is protected state, reached through the standard
 //   derived-class member-pointer idiom.
 //
-// - shut_down_connections: a timed-out or abandoned operation must not wait
-//   for Gloo's per-pair timeout (fixed when the pairs connect). Shutting the
+// - PairSockets: a timed-out or abandoned operation must not wait for
+//   Gloo's per-pair timeout (fixed when the pairs connect). Shutting the
 //   sockets down makes Gloo's event loop see end-of-file on every pair, which
 //   fails every pending wait in this process with gloo::IoException at once
 //   and tells every peer the same within a round trip, so the whole group
-//   fails fast instead of each rank waiting out its own timeout. Debian's
-//   package lacks a header tcp/pair.h needs (gloo/common/memory.h), so the
-//   sockets are found by address instead: each connected pair reports its
-//   socket's local address (Pair::address(), unique per pair because every
-//   pair listens or connects on its own port), and the process's descriptors
-//   are matched against those with getsockname().
+//   fails fast instead of each rank waiting out its own timeout. Each pair's
+//   descriptor is the protected tcp::Pair::fd_ (reached like the buffer's
+//   pointer above; Debian's package lacks a header tcp/pair.h includes, so
+//   compat/ supplies its declarations). It is read once, while the freshly
+//   connected mesh is idle, and duplicated: later shutdowns and probes use
+//   descriptors that only this code closes, so they can never act on a
+//   descriptor Gloo (or any other thread) has closed and the kernel has
+//   handed out again. A shutdown acts on the socket, so it reaches Gloo's
+//   descriptor too. (An earlier version matched /proc/self/fd against the
+//   pairs' addresses; ThreadSanitizer rightly reported that scan racing with
+//   other threads' close().)
 #pragma once
+
+#include <vector>
 
 namespace gloo {
 class Context;
@@ -40,17 +47,30 @@ namespace gradmesh::comm::gloo_backend {
 // REQUIRES: no send on `buffer` is in flight (the algorithm's run() returned).
 void rebind_send_buffer(gloo::transport::Buffer& buffer, void* ptr);
 
-// Shuts down (does not close) the TCP connection to every peer of `context`:
-// every pending Gloo wait on it fails, here and on the peers.
-// Safe from any thread while other threads wait in Gloo calls on `context`.
-void shut_down_connections(gloo::Context& context);
+// The TCP connections of one connected Gloo context, through descriptors of
+// its own (duplicates, closed by the destructor).
+// Thread-safety: after construction every member may be called from any thread.
+class PairSockets {
+ public:
+  // REQUIRES: context.connectFullMesh() returned and no operation has run yet.
+  // Error(kComm) if a pair is not a connected TCP pair.
+  explicit PairSockets(gloo::Context& context);
+  ~PairSockets();
+  PairSockets(const PairSockets&) = delete;
+  PairSockets& operator=(const PairSockets&) = delete;
 
-// Whether the connection to every peer is still open (none closed or reset by the peer).
-bool all_connections_open(gloo::Context& context);
+  // Shuts down (does not close) every connection: every pending Gloo wait on
+  // them fails, here and on the peers.
+  void shut_down() const;
+  // Whether the connection to every peer is still open (none shut down, closed or reset).
+  bool all_open() const;
+  // Whether every connection has the same IP address at both ends, so the
+  // kernel carries it over loopback, not a network: the peers run on this
+  // host (in this network namespace).
+  bool all_on_this_host() const;
 
-// Whether every peer's connection has the same IP address at both ends, so the
-// kernel carries it over loopback, not a network: the peers run on this host
-// (in this network namespace). False if any connection cannot be inspected.
-bool all_peers_on_this_host(gloo::Context& context);
+ private:
+  std::vector<int> fds_;  // one per peer
+};
 
 }  // namespace gradmesh::comm::gloo_backend
