@@ -79,6 +79,10 @@ TEST(GlooNetns, CollectivesBetweenTwoNamespaces) {
 
 // The bytes each host puts on the link for the same all-reduce in f32 and in
 // bf16: bf16 must travel as 16 bits (counted on the veth, not timed).
+// Payload alone would give 0.5x; the device counters also count TCP/IP
+// headers, acknowledgements and any retransmission, which a slow run (a
+// sanitizer build) inflates, so the bound is 0.75x: a bf16 tensor widened to
+// float32 on the wire, as before, sends ~1.0x.
 TEST(GlooNetns, Bf16AllreduceSendsHalfTheBytesOfF32) {
   if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root; skipping the two-host gloo test";
   TwoHosts hosts("gb");
@@ -107,7 +111,7 @@ TEST(GlooNetns, Bf16AllreduceSendsHalfTheBytesOfF32) {
     }
     if (sent[0] < static_cast<uint64_t>(kCount) * 4)
       throw std::runtime_error("the f32 all-reduce sent only " + std::to_string(sent[0]) + " bytes on the link");
-    if (static_cast<double>(sent[1]) > 0.6 * static_cast<double>(sent[0]))
+    if (static_cast<double>(sent[1]) > 0.75 * static_cast<double>(sent[0]))
       throw std::runtime_error("a bf16 all-reduce of " + std::to_string(kCount) + " elements sent " +
                                std::to_string(sent[1]) + " bytes, the same f32 all-reduce " + std::to_string(sent[0]) +
                                ": bf16 must travel as 16 bits");

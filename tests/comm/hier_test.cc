@@ -62,7 +62,11 @@ TEST(HierBackend, TwoHostsOfTwoRanksMatchTheReference) {
 }
 
 // Only the leaders' stage crosses the link: a bf16 all-reduce must put at
-// most 0.6x the bytes of the same f32 one there (counted, not timed).
+// most 0.75x the bytes of the same f32 one there (counted, not timed).
+// Payload alone would give 0.5x; the device counters also count TCP/IP
+// headers, acknowledgements and any retransmission, which a slow run (a
+// sanitizer build) inflates, so the bound is 0.75x: a bf16 tensor widened to
+// float32 on the wire, as before, sends ~1.0x.
 TEST(HierBackend, Bf16CrossesHostsAs16Bits) {
   gradmesh::testing::TwoHosts hosts("hb");
   std::string why;
@@ -94,7 +98,7 @@ TEST(HierBackend, Bf16CrossesHostsAs16Bits) {
     if (rank % kLocal != 0) return;  // the other ranks' share of the count is nothing
     if (sent[0] < static_cast<uint64_t>(kCount) * 4)
       throw std::runtime_error("the f32 all-reduce sent only " + std::to_string(sent[0]) + " bytes between hosts");
-    if (static_cast<double>(sent[1]) > 0.6 * static_cast<double>(sent[0]))
+    if (static_cast<double>(sent[1]) > 0.75 * static_cast<double>(sent[0]))
       throw std::runtime_error("a bf16 all-reduce sent " + std::to_string(sent[1]) + " bytes between hosts, the same "
                                "f32 all-reduce " + std::to_string(sent[0]) + ": bf16 must cross as 16 bits");
   });

