@@ -11,7 +11,7 @@ std::string comma_list(const std::vector<int>& values) {
 }
 
 std::string rank_list(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + comma_list(ranks);
+  return rank_list(ranks, [](int rank) { return std::to_string(rank); });
 }
 
 std::string rank_list(const std::vector<int>& ranks, const std::function<std::string(int)>& name) {
