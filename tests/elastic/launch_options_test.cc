@@ -29,11 +29,18 @@ LaunchOptions valid_options() {
 }
 
 TEST(LaunchOptions, ParsesNodeAndProcessCounts) {
-  EXPECT_EQ(parse_nnodes("1"), 1);
-  EXPECT_EQ(parse_nnodes("4"), 4);
-  EXPECT_EQ(parse_nnodes("3:3"), 3);
-  EXPECT_NE(usage_error([] { parse_nnodes("1:2"); }).find("elastic ranges"), std::string::npos);
-  for (const char* bad : {"0", "", "-1", "two", "2:", ":2", "1.5", " 2", "+2", "0x2", "99999999999999999999"})
+  auto range = [](const std::string& text) {
+    const NodeRange r = parse_nnodes(text);
+    return std::pair<int, int>{r.min, r.max};
+  };
+  EXPECT_EQ(range("1"), std::make_pair(1, 1));
+  EXPECT_EQ(range("4"), std::make_pair(4, 4));
+  EXPECT_EQ(range("3:3"), std::make_pair(3, 3));
+  EXPECT_EQ(range("1:2"), std::make_pair(1, 2));
+  EXPECT_EQ(range("2:8"), std::make_pair(2, 8));
+  EXPECT_NE(usage_error([] { parse_nnodes("3:2"); }).find("MIN <= MAX, got '3:2'"), std::string::npos);
+  for (const char* bad : {"0", "", "-1", "two", "2:", ":2", "1.5", " 2", "+2", "0x2", "99999999999999999999", "0:2",
+                          "1:0", "1:2:3", "1:x", "1 :2"})
     EXPECT_NE(usage_error([&] { parse_nnodes(bad); }).find("--nnodes"), std::string::npos) << bad;
 
   EXPECT_EQ(parse_nproc_per_node("3"), 3);
@@ -59,13 +66,27 @@ TEST(LaunchOptions, ValidationNamesTheFlag) {
   expect_flag("rendezvous endpoint", [](LaunchOptions& o) { o.rdzv_endpoint = "http://host:1"; });
   expect_flag("--master-port", [](LaunchOptions& o) { o.master_port = 70000; });
   expect_flag("--max-restarts", [](LaunchOptions& o) { o.max_restarts = -1; });
-  expect_flag("--max-restarts", [](LaunchOptions& o) {
-    o.nnodes = 2; o.rdzv_id = "x"; o.rdzv_endpoint = "file:///tmp/x"; o.max_restarts = 1;
+  expect_flag("--node-rank", [](LaunchOptions& o) {
+    o.nnodes = 2; o.min_nnodes = 1; o.rdzv_id = "x"; o.rdzv_endpoint = "file:///tmp/x"; o.node_rank = 0;
   });
+  expect_flag("--heartbeat-timeout", [](LaunchOptions& o) { o.heartbeat_timeout_s = -1; });
+  expect_flag("--rdzv-last-call", [](LaunchOptions& o) { o.rdzv_last_call_s = 1e300; });
   expect_flag("--join-timeout", [](LaunchOptions& o) { o.join_timeout_s = 0; });
   // Values that would overflow the conversion to milliseconds.
   expect_flag("--join-timeout", [](LaunchOptions& o) { o.join_timeout_s = 1e300; });
   expect_flag("--grace-period", [](LaunchOptions& o) { o.grace_period_s = 1e300; });
+}
+
+TEST(LaunchOptions, RestartsWorkWithSeveralNodes) {
+  // Before, --max-restarts with --nnodes > 1 was refused: restarts were counted per node.
+  LaunchOptions o = valid_options();
+  o.nnodes = 2;
+  o.rdzv_id = "x";
+  o.rdzv_endpoint = "file:///tmp/x";
+  o.max_restarts = 3;
+  EXPECT_EQ(usage_error([&] { validate_launch_options(o); }), "");
+  o.min_nnodes = 1;  // elastic 1:2
+  EXPECT_EQ(usage_error([&] { validate_launch_options(o); }), "");
 }
 
 TEST(LaunchOptions, RunIds) {

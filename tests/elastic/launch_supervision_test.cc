@@ -90,7 +90,10 @@ TEST(LaunchSignals, SigtermIsForwardedToEveryWorker) {
   EXPECT_EQ(launch.wait(), 128 + SIGTERM);
   for (int r = 0; r < 3; ++r)
     EXPECT_TRUE(std::filesystem::exists(dir.file("got_" + std::to_string(r)))) << "rank " << r << " missed SIGTERM";
-  EXPECT_NE(launch.err().find("received SIGTERM; forwarded it to 3 workers"), std::string::npos) << launch.err();
+  // Every worker saved its state and exited 0: a clean preemption, still reported as 143.
+  EXPECT_NE(launch.err().find("received SIGTERM; every worker stopped cleanly (exit 0) within the grace period"),
+            std::string::npos)
+      << launch.err();
 }
 
 TEST(LaunchSignals, SigintIsForwardedAsSigint) {

@@ -24,7 +24,7 @@ double seconds_flag(const std::string& text, const char* flag, double min, doubl
 CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   CLI::App* launch = app.add_subcommand("launch", "Start and supervise worker processes (torchrun-compatible)");
   launch->footer(kFooter);
-  launch->add_option("--nnodes", a.nnodes, "Nodes (launchers) in the job")->capture_default_str()->type_name("N");
+  launch->add_option("--nnodes", a.nnodes, "Nodes (launchers) in the job: N, or MIN:MAX for elastic membership")->capture_default_str()->type_name("N");
   launch->add_option("--nproc-per-node,--nproc_per_node", a.nproc_per_node, "Workers on this node (or 'auto')")
       ->capture_default_str()
       ->type_name("K");
@@ -42,7 +42,7 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
       ->type_name("ADDR");
   launch->add_option("--master-port,--master_port", a.master_port, "Port of rank 0 (default: a free port)")
       ->type_name("PORT");
-  launch->add_option("--max-restarts,--max_restarts", a.max_restarts, "Restart the workers after a failure, N times")
+  launch->add_option("--max-restarts,--max_restarts", a.max_restarts, "Restarts after failures, counted for the whole job")
       ->capture_default_str()
       ->type_name("N");
   launch->add_option("--join-timeout,--join_timeout", a.join_timeout,
@@ -52,6 +52,14 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
                      "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str()
       ->type_name("SECONDS");
+  launch->add_option("--heartbeat-timeout,--heartbeat_timeout", a.heartbeat_timeout,
+                     "Seconds without heartbeat change or progress before a worker counts as hung (0 = off)")
+      ->capture_default_str()
+      ->type_name("SECONDS");
+  launch->add_option("--rdzv-last-call,--rdzv_last_call", a.rdzv_last_call,
+                     "Elastic --nnodes: seconds the rendezvous waits for more nodes once MIN joined")
+      ->capture_default_str()
+      ->type_name("SECONDS");
   launch->add_flag("--standalone", a.standalone, "One node with its own store (the default; accepted for torchrun)");
   launch->add_option("command", a.command, "The worker command and its arguments (after --)")->type_name("COMMAND");
   return launch;
@@ -59,7 +67,9 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
 
 int run_launch(const LaunchArgs& a) {
   elastic::LaunchOptions o;
-  o.nnodes = elastic::parse_nnodes(a.nnodes);
+  const elastic::NodeRange nodes = elastic::parse_nnodes(a.nnodes);
+  o.nnodes = nodes.max;
+  o.min_nnodes = nodes.min;
   o.nproc_per_node = elastic::parse_nproc_per_node(a.nproc_per_node);
   if (a.standalone && (o.nnodes != 1 || !a.rdzv_endpoint.empty()))
     throw_error(ErrorKind::kUsage, "--standalone", "means one node with its own store; drop --nnodes/--rdzv-endpoint");
@@ -75,6 +85,9 @@ int run_launch(const LaunchArgs& a) {
                          : seconds_flag(a.join_timeout, "--join-timeout", elastic::kMinJoinTimeoutSeconds,
                                         elastic::kMaxJoinTimeoutSeconds);
   o.grace_period_s = seconds_flag(a.grace_period, "--grace-period", 0, elastic::kMaxGracePeriodSeconds);
+  o.heartbeat_timeout_s =
+      seconds_flag(a.heartbeat_timeout, "--heartbeat-timeout", 0, elastic::kMaxHeartbeatTimeoutSeconds);
+  o.rdzv_last_call_s = seconds_flag(a.rdzv_last_call, "--rdzv-last-call", 0, elastic::kMaxLastCallSeconds);
   o.command = a.command;
   return elastic::run_launcher(o);
 }

@@ -25,6 +25,8 @@ struct LaunchArgs {
   int max_restarts = 0;
   std::string join_timeout;  // seconds; empty: GRADMESH_COMM_TIMEOUT
   std::string grace_period = "10";  // seconds
+  std::string heartbeat_timeout = "60";  // seconds; 0 = off
+  std::string rdzv_last_call = "5";      // seconds
   bool standalone = false;
   std::vector<std::string> command;
 };

@@ -20,6 +20,8 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_STORE", "", "Rendezvous store endpoint a worker joins (file:///dir or redis://[:password@]host:port[/db]); set by gradmesh launch."},
       {"GRADMESH_RUN_ID", "", "Run id shared by all workers of one job; namespaces the store. Set by gradmesh launch."},
       {"GRADMESH_GENERATION", "0", "Restart generation of the worker group; namespaces the store so a restarted group never reads stale keys."},
+      {"GRADMESH_HEARTBEAT_INTERVAL", "1", "Seconds between a worker's heartbeats to the launcher (store key <run id>/<generation>/heartbeat/<rank>): a number from 0.01 to 3600. Keep it well below `gradmesh launch --heartbeat-timeout`."},
+      {"GRADMESH_REPLACEMENT", "0", "1 in a worker that `gradmesh launch` started to replace a failed one in place (elastic.recovery = \"in-process\"): it joins the survivors under GRADMESH_GENERATION. Set by gradmesh launch."},
       {"GRADMESH_REDIS_PASSWORD", "", "Redis AUTH password when the redis:// endpoint carries none (keeps it out of process listings)."},
       {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun/srun (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK set); else shm when every rank is on this host (LOCAL_WORLD_SIZE, default WORLD_SIZE, equals WORLD_SIZE); else hier when this host runs more than one rank, gloo when it runs one."},
       {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks: a number from 0.001 to 604800 (7 days), fractions allowed (0.5). Also the default of `gradmesh launch --join-timeout`."},

@@ -40,7 +40,7 @@ std::string not_found_hint(const std::string& name) {
 
 }  // namespace
 
-int parse_nnodes(const std::string& text) {
+NodeRange parse_nnodes(const std::string& text) {
   const size_t colon = text.find(':');
   int min_nodes = 0, max_nodes = 0;
   bool ok = false;
@@ -51,12 +51,13 @@ int parse_nnodes(const std::string& text) {
     ok = parse_count(text.substr(0, colon), min_nodes) && parse_count(text.substr(colon + 1), max_nodes);
   }
   if (!ok || min_nodes < 1)
-    throw_error(ErrorKind::kUsage, "--nnodes", "expected a positive node count such as 2, got '" + text + "'");
-  if (min_nodes != max_nodes)
     throw_error(ErrorKind::kUsage, "--nnodes",
-                "elastic ranges (MIN:MAX with MIN < MAX) are not supported yet, got '" + text +
-                    "'; give a fixed node count such as " + std::to_string(max_nodes));
-  return min_nodes;
+                "expected a positive node count such as 2, or MIN:MAX such as 1:4, got '" + text + "'");
+  if (min_nodes > max_nodes)
+    throw_error(ErrorKind::kUsage, "--nnodes",
+                "expected MIN:MAX with MIN <= MAX, got '" + text + "' (MIN " + std::to_string(min_nodes) +
+                    " > MAX " + std::to_string(max_nodes) + ")");
+  return NodeRange{min_nodes, max_nodes};
 }
 
 int parse_nproc_per_node(const std::string& text) {
@@ -112,10 +113,22 @@ void validate_launch_options(const LaunchOptions& o) {
     throw_error(ErrorKind::kUsage, "--master-port", "expected 0 to 65535, got " + std::to_string(o.master_port));
   if (o.max_restarts < 0)
     throw_error(ErrorKind::kUsage, "--max-restarts", "expected 0 or more, got " + std::to_string(o.max_restarts));
-  if (o.max_restarts > 0 && o.nnodes > 1)
-    throw_error(ErrorKind::kUsage, "--max-restarts",
-                "restarts are supported with one node only for now (got --nnodes " + std::to_string(o.nnodes) +
-                    "): a restart must restart every node's workers together");
+  if (o.min_nnodes < 0 || o.min_nnodes > o.nnodes)
+    throw_error(ErrorKind::kUsage, "--nnodes",
+                "expected MIN:MAX with 1 <= MIN <= MAX, got " + std::to_string(o.min_nnodes) + ":" +
+                    std::to_string(o.nnodes));
+  if (o.min_nnodes > 0 && o.min_nnodes < o.nnodes && o.node_rank >= 0)
+    throw_error(ErrorKind::kUsage, "--node-rank",
+                "an elastic --nnodes " + std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) +
+                    " assigns node ranks in join order each generation; drop --node-rank");
+  if (!(o.heartbeat_timeout_s >= 0 && o.heartbeat_timeout_s <= kMaxHeartbeatTimeoutSeconds))
+    throw_error(ErrorKind::kUsage, "--heartbeat-timeout",
+                "expected seconds " + double_range_text(0, kMaxHeartbeatTimeoutSeconds) + " (0 = off), got " +
+                    std::to_string(o.heartbeat_timeout_s));
+  if (!(o.rdzv_last_call_s >= 0 && o.rdzv_last_call_s <= kMaxLastCallSeconds))
+    throw_error(ErrorKind::kUsage, "--rdzv-last-call",
+                "expected seconds " + double_range_text(0, kMaxLastCallSeconds) + ", got " +
+                    std::to_string(o.rdzv_last_call_s));
   if (!(o.join_timeout_s >= kMinJoinTimeoutSeconds && o.join_timeout_s <= kMaxJoinTimeoutSeconds))
     throw_error(ErrorKind::kUsage, "--join-timeout",
                 "expected seconds " + double_range_text(kMinJoinTimeoutSeconds, kMaxJoinTimeoutSeconds) + ", got " +

@@ -14,7 +14,8 @@
 namespace gradmesh::elastic {
 
 struct LaunchOptions {
-  int nnodes = 1;               // launchers (one per node) that form the job
+  int nnodes = 1;               // launchers (one per node) that form the job; MAX of MIN:MAX
+  int min_nnodes = 0;           // MIN of MIN:MAX; 0 = nnodes (a fixed node count)
   int nproc_per_node = 1;       // workers this launcher starts
   int node_rank = -1;           // this node's rank; -1 = assigned through the store in join order
   std::string rdzv_endpoint;    // file:///dir or redis://...; empty = a file store in a fresh directory
@@ -22,10 +23,17 @@ struct LaunchOptions {
   std::string log_dir;          // empty = no per-rank log files
   std::string master_addr;      // empty = 127.0.0.1 with one node, else GRADMESH_HOSTNAME or the host name
   int master_port = 0;          // 0 = a port that is free on node 0 when the group starts
-  int max_restarts = 0;         // restarts of the worker group after a failure (one node only, for now)
+  int max_restarts = 0;         // restarts after a failure, counted for the whole job (all nodes)
   double join_timeout_s = 300;  // how long the rendezvous waits for all nodes to join (<= kMaxJoinTimeoutSeconds)
   double grace_period_s = 10;   // SIGTERM (or the forwarded signal) -> SIGKILL delay (<= kMaxGracePeriodSeconds)
+  double heartbeat_timeout_s = 60;  // a worker without heartbeat change or progress this long is hung; 0 = off
+  double rdzv_last_call_s = 5;      // elastic: close the rendezvous once MIN joined and no node came this long
   std::vector<std::string> command;  // the worker program and its arguments
+};
+
+struct NodeRange {
+  int min = 1;
+  int max = 1;
 };
 
 // Bounds of the flags given in seconds: a larger value is a typo, and would
@@ -35,9 +43,12 @@ inline constexpr double kMinJoinTimeoutSeconds = kMinCommTimeoutSeconds;
 inline constexpr double kMaxJoinTimeoutSeconds = kMaxCommTimeoutSeconds;
 inline constexpr double kMaxGracePeriodSeconds = 3600;
 
-// "N" or "N:N" (torchrun's elastic "MIN:MAX" form with MIN == MAX). An elastic
-// range or a non-positive count is Error(kUsage) naming --nnodes.
-int parse_nnodes(const std::string& text);
+inline constexpr double kMaxHeartbeatTimeoutSeconds = kMaxCommTimeoutSeconds;
+inline constexpr double kMaxLastCallSeconds = 3600;
+
+// "N" (MIN = MAX = N) or torchrun's elastic "MIN:MAX" with 1 <= MIN <= MAX.
+// Anything else is Error(kUsage) naming --nnodes.
+NodeRange parse_nnodes(const std::string& text);
 
 // A positive integer, or "auto"/"cpu" for the number of CPUs of this host.
 int parse_nproc_per_node(const std::string& text);

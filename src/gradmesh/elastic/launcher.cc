@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/comm/store.h"
@@ -12,6 +14,8 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/elastic/rank_assignment.h"
+#include "gradmesh/elastic/restart_budget.h"
+#include "gradmesh/elastic/restart_record.h"
 #include "gradmesh/elastic/signal_relay.h"
 #include "gradmesh/elastic/supervisor.h"
 #include "gradmesh/elastic/worker_env.h"
@@ -97,33 +101,69 @@ LaunchContext resolve(const LaunchOptions& o, OwnedStoreDir& owned) {
   return ctx;
 }
 
-RankAssignment rendezvous(const LaunchContext& ctx, comm::Store& agent_store, SignalRelay& relay) {
+Millis millis(double seconds) { return Millis{static_cast<int64_t>(seconds * 1000.0)}; }
+
+void check_interrupt(SignalRelay& relay) {
+  for (int sig : relay.drain())
+    if (SignalRelay::is_stop_signal(sig)) throw Interrupted{sig};
+}
+
+std::optional<RankAssignment> rendezvous(const LaunchContext& ctx, comm::Store& agent_store, SignalRelay& relay) {
   const LaunchOptions& o = ctx.options;
   RendezvousRequest req;
   req.nnodes = o.nnodes;
+  req.min_nnodes = o.min_nnodes;
+  req.last_call = millis(o.rdzv_last_call_s);
   req.node_rank = o.node_rank;
   req.nproc_per_node = o.nproc_per_node;
   req.master_addr = ctx.master_addr;
   req.master_port = o.master_port;
   req.node_label = ctx.node_label;
   req.run_label = "rendezvous of run '" + ctx.run_id + "' at " + comm::redact_endpoint(ctx.endpoint);
-  req.join_timeout = Millis{static_cast<int64_t>(o.join_timeout_s * 1000.0)};
-  req.check_interrupt = [&relay] {
-    for (int sig : relay.drain())
-      if (SignalRelay::is_stop_signal(sig)) throw Interrupted{sig};
-  };
-  return join_rendezvous(agent_store, req);
+  req.join_timeout = millis(o.join_timeout_s);
+  req.check_interrupt = [&relay] { check_interrupt(relay); };
+  return try_join_rendezvous(agent_store, req);
+}
+
+WorkerCommand worker_command(const LaunchContext& ctx, const RankAssignment& a, int local, int generation,
+                             bool replacement) {
+  const RunIdentity run{ctx.run_id, ctx.endpoint, generation, ctx.options.max_restarts, replacement};
+  return WorkerCommand{ctx.executable, ctx.options.command,
+                       merge_environment(ctx.base_env, worker_variables(a, local, run))};
 }
 
 std::vector<WorkerSpec> worker_specs(const LaunchContext& ctx, const RankAssignment& a, int generation) {
-  const RunIdentity run{ctx.run_id, ctx.endpoint, generation, ctx.options.max_restarts};
   std::vector<WorkerSpec> specs;
-  for (int local = 0; local < a.local_world_size; ++local) {
-    WorkerCommand command{ctx.executable, ctx.options.command,
-                          merge_environment(ctx.base_env, worker_variables(a, local, run))};
-    specs.push_back(WorkerSpec{a.global_rank(local), local, std::move(command)});
-  }
+  for (int local = 0; local < a.local_world_size; ++local)
+    specs.push_back(WorkerSpec{a.global_rank(local), local, worker_command(ctx, a, local, generation, false)});
   return specs;
+}
+
+std::string generation_prefix(const LaunchContext& ctx, int generation) {
+  return ctx.run_id + "/" + std::to_string(generation);
+}
+
+// Where a launcher starting now joins: the newest generation whose
+// rendezvous has begun (a node that comes back after a loss joins the
+// survivors' generation, not the one it left).
+int starting_generation(const LaunchContext& ctx, comm::Store& store) {
+  int generation = read_current_generation(store, ctx.run_id);
+  while (store.check({generation_prefix(ctx, generation + 1) + "/agent/node_counter"})) ++generation;
+  return generation;
+}
+
+// A node too late for `generation` waits for the next one to begin (a
+// restart), or for the run to finish. Returns false when it finished.
+bool wait_for_next_generation(const LaunchContext& ctx, comm::Store& store, int generation, SignalRelay& relay) {
+  say("the rendezvous of generation " + std::to_string(generation) + " of run '" + ctx.run_id +
+      "' closed before this node joined; waiting to join at the next restart");
+  const std::string next = generation_prefix(ctx, generation + 1) + "/agent/node_counter";
+  for (;;) {
+    check_interrupt(relay);
+    if (store.check({next})) return true;
+    if (store.check({ctx.run_id + "/finished"})) return false;
+    std::this_thread::sleep_for(Millis{200});
+  }
 }
 
 std::string rank_range(const RankAssignment& a) {
@@ -133,11 +173,14 @@ std::string rank_range(const RankAssignment& a) {
 }
 
 // One generation: rendezvous, start, supervise until every worker exited.
-GroupOutcome run_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store, int generation,
-                            SignalRelay& relay) {
-  const auto agent_store =
-      std::make_shared<comm::PrefixStore>(store, ctx.run_id + "/" + std::to_string(generation) + "/agent");
-  const RankAssignment a = rendezvous(ctx, *agent_store, relay);
+// nullopt: this node came too late for the generation.
+std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store,
+                                           int generation, SignalRelay& relay, RestartBudget& budget) {
+  const auto agent_store = std::make_shared<comm::PrefixStore>(store, generation_prefix(ctx, generation) + "/agent");
+  const std::optional<RankAssignment> joined = rendezvous(ctx, *agent_store, relay);
+  if (!joined) return std::nullopt;
+  const RankAssignment a = *joined;
+  write_current_generation(*store, ctx.run_id, generation);
   log_info("launch: run '" + ctx.run_id + "' generation " + std::to_string(generation) + ", node " +
            std::to_string(a.node_rank) + " of " + std::to_string(a.nnodes) + ": " + rank_range(a) + " of " +
            std::to_string(a.world_size) + ", master " + a.master_addr + ":" + std::to_string(a.master_port) +
@@ -147,9 +190,47 @@ GroupOutcome run_generation(const LaunchContext& ctx, const std::shared_ptr<comm
   SupervisorSettings settings;
   settings.node_rank = a.node_rank;
   settings.nnodes = a.nnodes;
-  settings.grace_period = Millis{static_cast<int64_t>(ctx.options.grace_period_s * 1000.0)};
-  settings.peers = a.nnodes > 1 ? agent_store.get() : nullptr;
+  settings.grace_period = millis(ctx.options.grace_period_s);
+  settings.peers = ctx.options.nnodes > 1 ? agent_store.get() : nullptr;
+  settings.store = store.get();
+  settings.run_id = ctx.run_id;
+  settings.generation = generation;
+  settings.heartbeat_timeout = millis(ctx.options.heartbeat_timeout_s);
+  settings.in_process_allowed = ctx.options.nnodes == 1;
+  settings.budget = &budget;
+  settings.replacement_command = [&ctx, a](int local, int g) { return worker_command(ctx, a, local, g, true); };
   return supervise(group, relay, settings);
+}
+
+// Tells nodes waiting to join a later generation that none will come.
+void mark_finished(const LaunchContext& ctx, comm::Store& store, int code) {
+  try {
+    store.set(ctx.run_id + "/finished", std::to_string(code));
+  } catch (const Error& e) {
+    log_warn(std::string("cannot mark the run finished in the store: ") + e.what());
+  }
+}
+
+// After a failed generation: claims a restart from the job-wide budget and
+// writes the next generation's restart record. Returns the next generation,
+// or nullopt (after saying why) when the job gives up.
+std::optional<int> plan_restart(const LaunchOptions& o, const GroupOutcome& outcome, RestartBudget& budget) {
+  if (!outcome.worker_failed && !outcome.peer_failed) {
+    say(outcome.message);  // a signal to the launcher is never retried
+    return std::nullopt;
+  }
+  const int next = outcome.generation + 1;
+  const std::optional<int> used = budget.claim(next);
+  if (!used) {
+    say(outcome.message + (o.max_restarts > 0 ? "; " + budget_exhausted_text(o.max_restarts) : ""));
+    return std::nullopt;
+  }
+  RestartRecord record = outcome.record;
+  record.generation = next;
+  budget.publish_record(record);
+  say(outcome.message + "; restarting the workers (restart " + std::to_string(*used) + " of " +
+      std::to_string(o.max_restarts) + ")");
+  return next;
 }
 
 }  // namespace
@@ -160,23 +241,35 @@ int run_launcher(const LaunchOptions& options) {
   const LaunchContext ctx = resolve(options, owned_store);
   const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint);
   SignalRelay relay;
-  for (int generation = 0;; ++generation) {
-    GroupOutcome outcome;
+  RestartBudget budget(store, ctx.run_id, options.max_restarts);
+  for (int generation = starting_generation(ctx, *store);;) {
+    std::optional<GroupOutcome> outcome;
     try {
-      outcome = run_generation(ctx, store, generation, relay);
+      outcome = run_generation(ctx, store, generation, relay, budget);
+      if (!outcome) {
+        if (!wait_for_next_generation(ctx, *store, generation, relay)) {
+          say("run '" + ctx.run_id + "' finished before this node could join");
+          return 0;
+        }
+        ++generation;
+        continue;
+      }
     } catch (const Interrupted& interrupted) {
       say("received " + signal_name(interrupted.signal) + " during the rendezvous; no workers were running");
       return 128 + interrupted.signal;
     }
-    if (outcome.exit_code == 0) {
+    if (outcome->exit_code == 0) {
       log_info("launch: all workers of run '" + ctx.run_id + "' exited with status 0");
+      mark_finished(ctx, *store, 0);
       return 0;
     }
-    const bool restart = outcome.worker_failed && generation < options.max_restarts;
-    say(outcome.message + (restart ? "; restarting the workers (restart " + std::to_string(generation + 1) + " of " +
-                                         std::to_string(options.max_restarts) + ")"
-                                   : ""));
-    if (!restart) return outcome.exit_code;
+    const std::optional<int> next = plan_restart(options, *outcome, budget);
+    if (!next) {
+      // A node stopped by a signal leaves the job to the others; a job that gave up is over.
+      if (outcome->worker_failed || outcome->peer_failed) mark_finished(ctx, *store, outcome->exit_code);
+      return outcome->exit_code;
+    }
+    generation = *next;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "gradmesh/core/error.h"
@@ -29,10 +30,18 @@ constexpr Millis kPollSlice{200};
 std::string owner_key(int node) { return "node/" + std::to_string(node) + "/owner"; }
 std::string nproc_key(int node) { return "node/" + std::to_string(node) + "/nproc"; }
 
+bool is_elastic(const RendezvousRequest& req) { return req.min_nnodes > 0 && req.min_nnodes < req.nnodes; }
+
+// The node count the rendezvous closed with; nullopt while it is open.
+std::optional<int> closed_count(comm::Store& store, const RendezvousRequest& req);
+
+// -1: too late for this generation (elastic only).
 int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
   int rank = req.node_rank;
   if (rank < 0) {
+    if (is_elastic(req) && closed_count(store, req)) return -1;
     const int64_t joined = store.add("node_counter", 1);
+    if (is_elastic(req) && joined > req.nnodes) return -1;
     if (joined > req.nnodes)
       throw_error(ErrorKind::kUsage, req.run_label,
                   "this launcher is node number " + std::to_string(joined) + " to join, but --nnodes is " +
@@ -96,24 +105,67 @@ int parse_positive(const std::string& text, const std::string& key, const std::s
   return static_cast<int>(*value);
 }
 
+std::optional<int> closed_count(comm::Store& store, const RendezvousRequest& req) {
+  if (!store.check({"closed"})) return std::nullopt;
+  return parse_positive(store.get("closed", Millis{5000}), "closed", req.run_label);
+}
+
+// Elastic: waits until the rendezvous closes and returns its node count.
+int wait_for_close(comm::Store& store, const RendezvousRequest& req) {
+  const Clock::time_point deadline = Clock::now() + req.join_timeout;
+  int64_t last_count = -1;
+  Clock::time_point changed = Clock::now();
+  for (;;) {
+    if (req.check_interrupt) req.check_interrupt();
+    if (std::optional<int> closed = closed_count(store, req)) return *closed;
+    const int64_t count = std::min<int64_t>(store.add("node_counter", 0), req.nnodes);
+    const Clock::time_point now = Clock::now();
+    if (count != last_count) last_count = count, changed = now;
+    if (count >= req.nnodes || (count >= req.min_nnodes && now - changed >= req.last_call))
+      return parse_positive(store.compare_set("closed", "", std::to_string(count)), "closed", req.run_label);
+    if (now >= deadline)
+      throw_error(ErrorKind::kTimeout, req.run_label,
+                  std::to_string(count) + " node(s) joined within " + seconds_text(req.join_timeout) +
+                      ", fewer than the " + std::to_string(req.min_nnodes) +
+                      " that --nnodes " + std::to_string(req.min_nnodes) + ":" + std::to_string(req.nnodes) +
+                      " needs; start more launchers with the same --rdzv-endpoint and --rdzv-id, or raise "
+                      "--join-timeout");
+    std::this_thread::sleep_for(std::min<Millis>(kPollSlice / 2, std::chrono::duration_cast<Millis>(req.last_call)));
+  }
+}
+
 }  // namespace
 
 RankAssignment join_rendezvous(comm::Store& store, const RendezvousRequest& req) {
+  std::optional<RankAssignment> a = try_join_rendezvous(store, req);
+  if (!a)
+    throw_error(ErrorKind::kUsage, req.run_label,
+                "this node arrived after the rendezvous closed; it can join at the next generation");
+  return *a;
+}
+
+std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const RendezvousRequest& req) {
   GRADMESH_CHECK(req.nnodes >= 1 && req.nproc_per_node >= 1, "bad rendezvous request");
   GRADMESH_CHECK(!req.master_addr.empty(), "master address must be resolved before the rendezvous");
   RankAssignment out;
-  out.nnodes = req.nnodes;
   out.local_world_size = req.nproc_per_node;
   out.node_rank = claim_node_rank(store, req);
+  if (out.node_rank < 0) return std::nullopt;
   if (out.node_rank == 0) {
     const int port = req.master_port != 0 ? req.master_port : find_free_port();
     store.set("master", req.master_addr + ":" + std::to_string(port));
   }
   store.set(nproc_key(out.node_rank), std::to_string(req.nproc_per_node));
-  wait_for_nodes(store, req);
+  RendezvousRequest members = req;
+  if (is_elastic(req)) {
+    members.nnodes = wait_for_close(store, req);
+    if (out.node_rank >= members.nnodes) return std::nullopt;  // joined just after the close
+  }
+  out.nnodes = members.nnodes;
+  wait_for_nodes(store, members);
 
   out.rank_base = out.world_size = 0;
-  for (int node = 0; node < req.nnodes; ++node) {
+  for (int node = 0; node < out.nnodes; ++node) {
     const int nproc = parse_positive(store.get(nproc_key(node), Millis{5000}), nproc_key(node), req.run_label);
     if (node < out.node_rank) out.rank_base += nproc;
     out.world_size += nproc;

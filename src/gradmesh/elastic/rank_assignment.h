@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "gradmesh/comm/store.h"
@@ -36,7 +37,9 @@ struct RankAssignment {
 };
 
 struct RendezvousRequest {
-  int nnodes = 1;
+  int nnodes = 1;            // the most nodes (MAX of --nnodes MIN:MAX)
+  int min_nnodes = 0;        // the fewest nodes; 0 = nnodes (a fixed node count)
+  comm::Millis last_call{5000};  // elastic: close once MIN joined and no node came for this long
   int node_rank = -1;        // -1 = take the next rank from node_counter
   int nproc_per_node = 1;
   std::string master_addr;   // published if this launcher becomes node 0 (never empty)
@@ -48,6 +51,17 @@ struct RendezvousRequest {
   // rendezvous (the launcher throws when it receives SIGINT or SIGTERM).
   std::function<void()> check_interrupt;
 };
+
+// Elastic membership (min_nnodes < nnodes): every node polls the join
+// counter; the rendezvous closes when nnodes joined, or when at least
+// min_nnodes joined and no new node came for last_call (measured by each
+// node's own clock; the first to decide writes "closed" = the node count with
+// a compare-and-set, and every node uses that value). A node that joins after
+// the close is not part of this generation.
+//
+// Returns nullopt for such a late node (elastic only): it should wait for the
+// next generation's rendezvous. Errors as join_rendezvous.
+std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const RendezvousRequest& request);
 
 // Joins, waits for all nodes and returns this node's assignment.
 // Errors: Error(kUsage) when the rank is taken or out of range (a stale store

@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string_view>
 
 #include "gradmesh/core/error.h"
-#include "gradmesh/core/text_format.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/text_format.h"
+#include "gradmesh/elastic/heartbeat_monitor.h"
+#include "gradmesh/elastic/peer_watch.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -20,14 +25,24 @@ using Millis = std::chrono::milliseconds;
 // Upper bound on one poll: how often grace deadlines and peers are checked.
 constexpr Millis kTick{250};
 constexpr Millis kPeerCheckInterval{500};
-constexpr const char* kFailureKey = "failure";
+constexpr Millis kHeartbeatPollInterval{500};
 
 std::string workers_text(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 class Supervisor {
  public:
   Supervisor(WorkerGroup& group, SignalRelay& relay, const SupervisorSettings& settings)
-      : group_(group), relay_(relay), settings_(settings), peers_(settings.peers) {}
+      : group_(group), relay_(relay), settings_(settings), generation_(settings.generation) {
+    if (settings.peers != nullptr)
+      peers_ = std::make_unique<PeerWatch>(*settings.peers, settings.node_rank, settings.nnodes,
+                                           settings.heartbeat_timeout);
+    if (settings.store != nullptr && settings.heartbeat_timeout.count() > 0)
+      monitor_ = std::make_unique<HeartbeatMonitor>(*settings.store, settings.run_id, settings.heartbeat_timeout);
+  }
 
   GroupOutcome run() {
     while (!group_.all_exited()) {
@@ -36,29 +51,66 @@ class Supervisor {
         timeout = std::clamp(std::chrono::duration_cast<Millis>(deadline_ - Clock::now()), Millis{0}, kTick);
       for (const WorkerExit& exit : group_.pump(timeout, relay_.fd())) on_worker_exit(exit);
       for (int sig : relay_.drain()) on_signal(sig);
-      if (peers_ != nullptr && !stopping_) check_peers();
+      if (!stopping_) check_peers();
+      if (!stopping_) check_heartbeats();
       escalate_if_due();
     }
     return outcome();
   }
 
  private:
-  enum class Cause { kNone, kWorker, kSignal, kPeer };
+  enum class Cause { kNone, kWorker, kHang, kSignal, kPeer };
 
   void begin_stop(Cause cause, int sig) {
     cause_ = cause;
     stop_signal_ = sig;
     stopping_ = true;
+    if (failure_unix_ms_ == 0) failure_unix_ms_ = unix_ms_now();
     others_stopped_ = group_.running();
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
-    if (cause != Cause::kPeer) publish_failure();
+    group_.signal_all(SIGCONT);  // a stopped (SIGSTOP) worker can only act on the signal once continued
+    if (cause != Cause::kPeer && peers_ != nullptr) {
+      const GroupOutcome o = outcome();
+      peers_->publish_failure(o.exit_code, o.record.cause, restart_record_json(o.record));
+    }
   }
 
   void on_worker_exit(const WorkerExit& exit) {
-    if (stopping_ || exited_cleanly(exit.wait_status)) return;
+    if (exited_cleanly(exit.wait_status)) return;
+    if (stopping_) {
+      all_clean_ = false;
+      return;
+    }
+    if (try_replace(exit)) return;
     failed_ = exit;
     begin_stop(Cause::kWorker, SIGTERM);
+  }
+
+  // In-process recovery: replace the failed worker alone when the workers
+  // announced they re-form their group themselves and the budget allows.
+  bool try_replace(const WorkerExit& exit) {
+    if (!settings_.in_process_allowed || settings_.budget == nullptr || settings_.store == nullptr) return false;
+    const int next = generation_ + 1;
+    const std::string what = worker_text(exit);
+    try {
+      if (!in_process_recovery_announced(*settings_.store, settings_.run_id)) return false;
+      const std::optional<int> used = settings_.budget->claim(next);
+      if (!used) return false;  // budget spent: stop the group as for any failure
+      RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_ms_now(), last_step()};
+      settings_.budget->publish_record(record);
+      write_current_generation(*settings_.store, settings_.run_id, next);
+      say(what + "; replacing it in place (restart " + std::to_string(*used) + " of " +
+          std::to_string(settings_.budget->max()) + "), the other workers keep their state");
+      group_.respawn(exit.local_rank, settings_.replacement_command(exit.local_rank, next), relay_);
+    } catch (const Error& e) {
+      say(what + "; cannot replace it in place (" + e.what() + "); stopping the group");
+      return false;
+    }
+    generation_ = next;
+    spawned_in_[exit.rank] = next;
+    if (monitor_) monitor_->forget(exit.rank);
+    return true;
   }
 
   void on_signal(int sig) {
@@ -77,48 +129,50 @@ class Supervisor {
         signal_name(stop_signal_) + "; sending SIGKILL");
     group_.signal_all(SIGKILL);
     killed_ = true;
-  }
-
-  std::string failed_worker_text() const {
-    std::string where = settings_.nnodes > 1 ? "node " + std::to_string(settings_.node_rank) + ", " : "";
-    return "rank " + std::to_string(failed_.rank) + " (" + where + "pid " + std::to_string(failed_.pid) + ") " +
-           describe_exit(failed_.wait_status);
-  }
-
-  // Publishes "<exit code>\n<what happened>" for the other nodes; first writer wins.
-  void publish_failure() {
-    if (peers_ == nullptr) return;
-    const GroupOutcome o = outcome();
-    const std::string reason = cause_ == Cause::kWorker ? failed_worker_text()
-                                                        : "node " + std::to_string(settings_.node_rank) +
-                                                              "'s launcher received " + signal_name(stop_signal_);
-    try {
-      peers_->compare_set(kFailureKey, "", std::to_string(o.exit_code) + "\n" + reason);
-    } catch (const Error& e) {
-      log_warn(std::string("could not tell the other nodes to stop: ") + e.what());
-    }
+    all_clean_ = false;
   }
 
   void check_peers() {
     const Clock::time_point now = Clock::now();
-    if (now < next_peer_check_) return;
+    if (peers_ == nullptr || now < next_peer_check_) return;
     next_peer_check_ = now + kPeerCheckInterval;
-    try {
-      if (!peers_->check({kFailureKey})) return;
-      const std::string value = peers_->get(kFailureKey, Millis{1000});
-      const size_t newline = value.find('\n');
-      // Anything but an exit code 1..255 still means the peer failed: 1.
-      peer_exit_code_ = static_cast<int>(try_parse_int(std::string_view(value).substr(0, newline), 1, 255).value_or(1));
-      peer_reason_ = newline == std::string::npos ? value : value.substr(newline + 1);
+    const std::optional<PeerFailure> failure = peers_->poll(now);
+    if (!failure) return;
+    peer_ = *failure;
+    failure_unix_ms_ = unix_ms_now();
+    if (peer_.lost) {
+      // Nobody else will tell the job: this node publishes the loss as its own failure.
       begin_stop(Cause::kPeer, SIGTERM);
-    } catch (const Error& e) {
-      log_warn(std::string("cannot watch the other nodes through the store any more: ") + e.what());
-      peers_ = nullptr;
+      peers_->publish_failure(peer_.exit_code, peer_.reason, restart_record_json(outcome().record));
+    } else {
+      begin_stop(Cause::kPeer, SIGTERM);
     }
   }
 
+  void check_heartbeats() {
+    const Clock::time_point now = Clock::now();
+    if (monitor_ == nullptr || now < next_heartbeat_poll_) return;
+    next_heartbeat_poll_ = now + kHeartbeatPollInterval;
+    std::vector<WatchedWorker> watched;
+    for (const RunningWorker& w : group_.running_workers()) {
+      const auto it = spawned_in_.find(w.rank);
+      watched.push_back(WatchedWorker{w.rank, w.pid, it == spawned_in_.end() ? settings_.generation : it->second});
+    }
+    hung_ = monitor_->poll(watched, generation_, now);
+    if (!hung_.empty()) begin_stop(Cause::kHang, SIGTERM);
+  }
+
+  std::string worker_text(const WorkerExit& w) const {
+    std::string where = settings_.nnodes > 1 ? "node " + std::to_string(settings_.node_rank) + ", " : "";
+    return "rank " + std::to_string(w.rank) + " (" + where + "pid " + std::to_string(w.pid) + ") " +
+           describe_exit(w.wait_status);
+  }
+
+  int64_t last_step() const { return monitor_ ? monitor_->last_step() : -1; }
+
   GroupOutcome outcome() const {
     GroupOutcome o;
+    o.generation = generation_;
     const std::string stopped = others_stopped_ == 0 ? "no other workers were running"
                                                      : "stopped the other " + workers_text(others_stopped_);
     switch (cause_) {
@@ -127,18 +181,40 @@ class Supervisor {
       case Cause::kWorker:
         o.exit_code = shell_exit_code(failed_.wait_status);
         o.worker_failed = true;
-        o.message = failed_worker_text() + "; " + stopped;
+        o.record = RestartRecord{generation_ + 1, failed_.rank, worker_text(failed_), o.exit_code, 0, 0};
+        o.message = worker_text(failed_) + "; " + stopped;
+        break;
+      case Cause::kHang:
+        o.exit_code = kHangExitCode;
+        o.worker_failed = true;
+        o.record = RestartRecord{generation_ + 1, hung_.size() == 1 ? hung_[0].rank : -1,
+                                 describe_hang(hung_, settings_.heartbeat_timeout), o.exit_code, 0, 0};
+        o.message = o.record.cause + "; stopped " + workers_text(others_stopped_);
         break;
       case Cause::kSignal:
         o.exit_code = 128 + stop_signal_;
-        o.message = "received " + signal_name(stop_signal_) + "; forwarded it to " + workers_text(others_stopped_) +
-                    " and stopped them";
+        o.record = RestartRecord{generation_ + 1, -1,
+                                 "node " + std::to_string(settings_.node_rank) + "'s launcher received " +
+                                     signal_name(stop_signal_),
+                                 o.exit_code, 0, 0};
+        o.message = all_clean_ && group_.all_exited()
+                        ? "received " + signal_name(stop_signal_) +
+                              "; every worker stopped cleanly (exit 0) within the grace period"
+                        : "received " + signal_name(stop_signal_) + "; forwarded it to " +
+                              workers_text(others_stopped_) + " and stopped them";
         break;
       case Cause::kPeer:
-        o.exit_code = peer_exit_code_;
+        o.exit_code = peer_.exit_code;
+        o.peer_failed = true;
+        o.record = peer_.record.value_or(RestartRecord{generation_ + 1, -1, peer_.reason, o.exit_code, 0, 0});
         o.message = "stopped " + workers_text(others_stopped_) + " of node " + std::to_string(settings_.node_rank) +
-                    " because another node stopped: " + peer_reason_;
+                    " because another node stopped: " + peer_.reason;
         break;
+    }
+    o.record.generation = generation_ + 1;
+    if (cause_ != Cause::kPeer || !peer_.record) {
+      o.record.failure_unix_ms = failure_unix_ms_;
+      o.record.last_step = last_step();
     }
     return o;
   }
@@ -146,17 +222,23 @@ class Supervisor {
   WorkerGroup& group_;
   SignalRelay& relay_;
   const SupervisorSettings& settings_;
-  comm::Store* peers_;
+  std::unique_ptr<PeerWatch> peers_;
+  std::unique_ptr<HeartbeatMonitor> monitor_;
+  int generation_;
+  std::map<int, int> spawned_in_;  // rank -> generation of an in-process replacement
   Cause cause_ = Cause::kNone;
   bool stopping_ = false;
   bool killed_ = false;
+  bool all_clean_ = true;  // every worker that exited while stopping exited 0
   int stop_signal_ = 0;
   int others_stopped_ = 0;
+  int64_t failure_unix_ms_ = 0;
   Clock::time_point deadline_{};
   Clock::time_point next_peer_check_{};
+  Clock::time_point next_heartbeat_poll_{};
   WorkerExit failed_{};
-  int peer_exit_code_ = 1;
-  std::string peer_reason_;
+  std::vector<HungWorker> hung_;
+  PeerFailure peer_;
 };
 
 }  // namespace

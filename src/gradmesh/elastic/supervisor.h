@@ -8,7 +8,14 @@
 //   - the launcher gets SIGINT/SIGTERM/SIGHUP/SIGQUIT: the same signal goes
 //     to every worker, then SIGKILL after the grace period; a second such
 //     signal sends SIGKILL at once;
-//   - another node published a failure in the store: SIGTERM, grace, SIGKILL.
+//   - another node published a failure in the store, or stopped updating its
+//     launcher's keep-alive key for --heartbeat-timeout: SIGTERM, grace, SIGKILL;
+//   - a worker's heartbeat stopped, or its progress did, for --heartbeat-timeout
+//     (elastic/heartbeat_monitor.h): it counts as that worker's failure;
+//   - with in-process recovery announced (elastic/restart_record.h) on one
+//     node, a failed worker is replaced alone while the others keep running,
+//     as long as the job-wide restart budget allows.
+// Every stop signal is followed by SIGCONT, so a stopped worker can act on it.
 // Whatever stops the group first is its outcome; later exits (the workers
 // being stopped) do not change it. A node that stops for its own reason
 // publishes it (store key "failure", first writer wins) so the other nodes
@@ -16,18 +23,23 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "gradmesh/comm/store.h"
+#include "gradmesh/elastic/restart_budget.h"
 #include "gradmesh/elastic/signal_relay.h"
 #include "gradmesh/elastic/worker_group.h"
 
 namespace gradmesh::elastic {
 
 struct GroupOutcome {
-  int exit_code = 0;         // see launcher.h
-  bool worker_failed = false;  // a local worker failed: the case a restart can help
-  std::string message;       // one line for the user; empty when every worker succeeded
+  int exit_code = 0;           // see launcher.h
+  bool worker_failed = false;  // a local worker failed or hung: the case a restart can help
+  bool peer_failed = false;    // another node failed or was lost: a restart can help too
+  std::string message;         // one line for the user; empty when every worker succeeded
+  int generation = 0;          // the newest generation reached (in-process replacements advance it)
+  RestartRecord record;        // the failure, for the next generation's restart record
 };
 
 struct SupervisorSettings {
@@ -36,7 +48,20 @@ struct SupervisorSettings {
   std::chrono::milliseconds grace_period{10'000};
   // The generation's agent key space shared by all nodes; nullptr on one node.
   comm::Store* peers = nullptr;
+  // The run's store (heartbeats, recovery keys); nullptr = no heartbeat checks, no replacements.
+  comm::Store* store = nullptr;
+  std::string run_id;
+  int generation = 0;
+  std::chrono::milliseconds heartbeat_timeout{0};  // 0 = hang detection off
+  // In-process replacement: allowed on a one-node job; the budget it draws
+  // from, and the command of a replacement for (local rank, generation).
+  bool in_process_allowed = false;
+  RestartBudget* budget = nullptr;
+  std::function<WorkerCommand(int local_rank, int generation)> replacement_command;
 };
+
+// Exit code of a launcher whose worker hung (as timeout(1) reports one).
+inline constexpr int kHangExitCode = 124;
 
 // Runs until every worker of `group` has exited. REQUIRES: group.start() succeeded.
 GroupOutcome supervise(WorkerGroup& group, SignalRelay& relay, const SupervisorSettings& settings);

@@ -30,6 +30,7 @@ EnvVars worker_variables(const RankAssignment& a, int local_rank, const RunIdent
       {"GRADMESH_STORE", run.store_endpoint},
       {"GRADMESH_RUN_ID", run.run_id},
       {"GRADMESH_GENERATION", std::to_string(run.generation)},
+      {"GRADMESH_REPLACEMENT", run.replacement ? "1" : "0"},
   };
 }
 

@@ -18,6 +18,7 @@ struct RunIdentity {
   std::string store_endpoint;  // GRADMESH_STORE
   int generation = 0;          // GRADMESH_GENERATION, TORCHELASTIC_RESTART_COUNT
   int max_restarts = 0;        // TORCHELASTIC_MAX_RESTARTS
+  bool replacement = false;    // GRADMESH_REPLACEMENT: replaces a failed worker in place
 };
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;

@@ -46,10 +46,10 @@ WorkerGroup::~WorkerGroup() {
   }
 }
 
-void WorkerGroup::open_log(Worker& w) const {
+void WorkerGroup::open_log(Worker& w, bool truncate) const {
   if (log_dir_.empty()) return;
   const std::string path = log_dir_ + "/rank_" + std::to_string(w.spec.rank) + ".log";
-  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs_ ? O_TRUNC : 0);
+  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0);
   w.log_fd = ::open(path.c_str(), flags, 0644);
   if (w.log_fd < 0)
     throw_error(ErrorKind::kIo, path, std::string("cannot open the rank's log file: ") + std::strerror(errno) +
@@ -64,13 +64,36 @@ void WorkerGroup::start(const SignalRelay& relay) {
   }
   // A failure part-way leaves the started workers to the destructor, which kills them.
   for (Worker& w : workers_) {
-    open_log(w);
-    const SpawnedWorker spawned = spawn_worker(w.spec.command, relay);
-    w.pid = spawned.pid;
-    const std::string prefix = "[rank " + std::to_string(w.spec.rank) + "]: ";
-    w.out = Stream{spawned.stdout_fd, std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO, w.log_fd)};
-    w.err = Stream{spawned.stderr_fd, std::make_unique<LinePrefixer>(prefix, STDERR_FILENO, w.log_fd)};
+    open_log(w, truncate_logs_);
+    spawn(w, relay);
   }
+}
+
+void WorkerGroup::spawn(Worker& w, const SignalRelay& relay) {
+  const SpawnedWorker spawned = spawn_worker(w.spec.command, relay);
+  w.pid = spawned.pid;
+  w.exited = false;
+  const std::string prefix = "[rank " + std::to_string(w.spec.rank) + "]: ";
+  w.out = Stream{spawned.stdout_fd, std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO, w.log_fd)};
+  w.err = Stream{spawned.stderr_fd, std::make_unique<LinePrefixer>(prefix, STDERR_FILENO, w.log_fd)};
+}
+
+void WorkerGroup::respawn(int local_rank, WorkerCommand command, const SignalRelay& relay) {
+  const auto it = std::find_if(workers_.begin(), workers_.end(),
+                               [local_rank](const Worker& w) { return w.spec.local_rank == local_rank; });
+  GRADMESH_CHECK(it != workers_.end() && it->exited, "only an exited worker can be replaced");
+  // Anything the old worker left in its process group goes with it.
+  ::kill(-it->pid, SIGKILL);
+  it->spec.command = std::move(command);
+  open_log(*it, false);
+  spawn(*it, relay);
+}
+
+std::vector<RunningWorker> WorkerGroup::running_workers() const {
+  std::vector<RunningWorker> out;
+  for (const Worker& w : workers_)
+    if (w.pid > 0 && !w.exited) out.push_back(RunningWorker{w.spec.rank, w.spec.local_rank, w.pid});
+  return out;
 }
 
 bool WorkerGroup::read_stream(Stream& stream, int max_reads) {

@@ -2,7 +2,9 @@
 // reap them, signal them, and never leave one behind.
 //
 // A WorkerGroup is single-use: a restart builds a new group (new generation,
-// new environment) after the old one has fully exited. It does no policy:
+// new environment) after the old one has fully exited. The one exception is
+// an in-process replacement: respawn() starts a new process in the slot of
+// one worker that exited while the others keep running. It does no policy:
 // deciding that a failure stops the others, or that a signal is forwarded,
 // is the launcher's job (elastic/launcher.cc); this class only provides the
 // mechanisms, so restarts and elastic membership can reuse it.
@@ -27,6 +29,12 @@ struct WorkerSpec {
   int rank = 0;        // global rank: the output prefix and the log file name
   int local_rank = 0;
   WorkerCommand command;
+};
+
+struct RunningWorker {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
 };
 
 struct WorkerExit {
@@ -61,6 +69,11 @@ class WorkerGroup {
   // leader already exited (their leftover children belong to this job too).
   void signal_all(int sig);
 
+  // Starts `command` for local rank `local_rank`, whose worker has exited,
+  // with the same rank, output prefix and log file (appended to).
+  void respawn(int local_rank, WorkerCommand command, const SignalRelay& relay);
+
+  std::vector<RunningWorker> running_workers() const;
   int running() const;
   bool all_exited() const { return running() == 0; }
 
@@ -77,7 +90,8 @@ class WorkerGroup {
     Stream out, err;
   };
 
-  void open_log(Worker& worker) const;
+  void open_log(Worker& worker, bool truncate) const;
+  void spawn(Worker& worker, const SignalRelay& relay);
   // Reads until the pipe is empty or `max_reads` reads were made; returns
   // false once the stream reached EOF (and closes it).
   static bool read_stream(Stream& stream, int max_reads);

@@ -1,0 +1,80 @@
+#include "gradmesh/elastic/peer_watch.h"
+
+#include <string_view>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
+#include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/text_format.h"
+
+namespace gradmesh::elastic {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+constexpr const char* kFailureKey = "failure";
+constexpr const char* kRecordKey = "failure_record";
+
+std::string alive_key(int node) { return "alive/" + std::to_string(node); }
+
+}  // namespace
+
+PeerWatch::PeerWatch(comm::Store& agent, int node_rank, int nnodes, Millis lost_after)
+    : agent_(agent), node_rank_(node_rank), nnodes_(nnodes), lost_after_(lost_after) {}
+
+void PeerWatch::publish_failure(int exit_code, const std::string& reason, const std::string& record_json) {
+  const std::string value = std::to_string(exit_code) + "\n" + reason;
+  try {
+    if (agent_.compare_set(kFailureKey, "", value) == value) agent_.set(kRecordKey, record_json);
+  } catch (const Error& e) {
+    log_warn(std::string("could not tell the other nodes to stop: ") + e.what());
+  }
+}
+
+std::optional<PeerFailure> PeerWatch::published_failure() {
+  if (!agent_.check({kFailureKey})) return std::nullopt;
+  const std::string value = agent_.get(kFailureKey, Millis{1000});
+  const size_t newline = value.find('\n');
+  PeerFailure f;
+  // Anything but an exit code 1..255 still means the peer failed: 1.
+  f.exit_code = static_cast<int>(try_parse_int(std::string_view(value).substr(0, newline), 1, 255).value_or(1));
+  f.reason = newline == std::string::npos ? value : value.substr(newline + 1);
+  try {
+    // Written right after the failure key; a short wait covers the gap.
+    f.record = parse_restart_record(agent_.get(kRecordKey, Millis{2000}), kRecordKey);
+  } catch (const Error& e) {
+    log_warn(std::string("no restart record from the failed node: ") + e.what());
+  }
+  return f;
+}
+
+std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
+  if (lost_after_.count() <= 0) return std::nullopt;
+  for (int node = 0; node < nnodes_; ++node) {
+    if (node == node_rank_ || !agent_.check({alive_key(node)})) continue;  // not supervising yet
+    const std::string value = agent_.get(alive_key(node), Millis{1000});
+    auto [it, first] = seen_.try_emplace(node, Seen{value, now});
+    if (!first && it->second.value != value) it->second = Seen{value, now};
+    if (now - it->second.changed < lost_after_) continue;
+    PeerFailure f;
+    f.lost = true;
+    f.reason = "node " + std::to_string(node) + "'s launcher stopped responding (no keep-alive in the store for " +
+               seconds_text(lost_after_) + ")";
+    return f;
+  }
+  return std::nullopt;
+}
+
+std::optional<PeerFailure> PeerWatch::poll(Clock::time_point now) {
+  if (broken_) return std::nullopt;
+  try {
+    agent_.set(alive_key(node_rank_), std::to_string(++beats_));
+    if (std::optional<PeerFailure> f = published_failure()) return f;
+    return lost_node(now);
+  } catch (const Error& e) {
+    log_warn(std::string("cannot watch the other nodes through the store any more: ") + e.what());
+    broken_ = true;
+    return std::nullopt;
+  }
+}
+
+}  // namespace gradmesh::elastic

@@ -1,0 +1,61 @@
+// How the launchers of one generation watch each other through the store
+// (the generation's agent key space):
+//   failure        "<exit code>\n<what happened>": the first node to stop
+//                  writes it (compare-and-set, first writer wins); the others
+//                  stop their workers when they see it
+//   failure_record the restart record (JSON) of that failure, written by the
+//                  same node, so every node restarts with the same record
+//   alive/<node>   a counter each launcher bumps every poll (~0.5 s); a node
+//                  whose counter stopped for the timeout lost its launcher
+//                  (killed, or its machine is gone)
+// Every "stopped for" is measured on this launcher's own steady clock.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "gradmesh/comm/store.h"
+#include "gradmesh/elastic/restart_record.h"
+
+namespace gradmesh::elastic {
+
+struct PeerFailure {
+  int exit_code = 1;
+  std::string reason;
+  bool lost = false;  // the node's launcher stopped responding (nobody published anything)
+  std::optional<RestartRecord> record;
+};
+
+class PeerWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `lost_after` 0 = never declare a silent node lost.
+  PeerWatch(comm::Store& agent, int node_rank, int nnodes, std::chrono::milliseconds lost_after);
+
+  // First writer wins; store errors are logged (the other nodes then notice
+  // this node's workers failing on their own).
+  void publish_failure(int exit_code, const std::string& reason, const std::string& record_json);
+  // Bumps this node's keep-alive, then returns another node's failure or loss, if any.
+  std::optional<PeerFailure> poll(Clock::time_point now);
+
+ private:
+  std::optional<PeerFailure> published_failure();
+  std::optional<PeerFailure> lost_node(Clock::time_point now);
+
+  struct Seen {
+    std::string value;
+    Clock::time_point changed{};
+  };
+  comm::Store& agent_;
+  int node_rank_;
+  int nnodes_;
+  std::chrono::milliseconds lost_after_;
+  int64_t beats_ = 0;
+  bool broken_ = false;  // the store failed: stop watching
+  std::map<int, Seen> seen_;
+};
+
+}  // namespace gradmesh::elastic
