@@ -139,6 +139,63 @@ TEST(Rendezvous, InterruptAbandonsTheWait) {
   EXPECT_EQ(calls, 3);
 }
 
+RendezvousRequest elastic_request(int min_nodes, int max_nodes, Millis last_call, const std::string& label) {
+  RendezvousRequest r = request(max_nodes, 1, -1, label);
+  r.min_nnodes = min_nodes;
+  r.last_call = last_call;
+  return r;
+}
+
+TEST(ElasticRendezvous, ClosesWithMinAfterTheLastCall) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  const std::optional<RankAssignment> a = try_join_rendezvous(store, elastic_request(1, 2, Millis{100}, "only"));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->nnodes, 1);
+  EXPECT_EQ(a->world_size, 1);
+  EXPECT_EQ(store.get("closed"), "1");
+  // A node arriving now is too late for this generation, not an error.
+  EXPECT_FALSE(try_join_rendezvous(store, elastic_request(1, 2, Millis{100}, "late")));
+  EXPECT_THROW(join_rendezvous(store, elastic_request(1, 2, Millis{100}, "late")), Error);
+}
+
+TEST(ElasticRendezvous, ClosesAtMaxWithContiguousRanks) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  // A long last call: the rendezvous closes because MAX joined, not because time passed.
+  std::vector<std::future<std::optional<RankAssignment>>> nodes;
+  for (int i = 0; i < 3; ++i)
+    nodes.push_back(std::async(std::launch::async, [&, i] {
+      return try_join_rendezvous(store, elastic_request(2, 3, Millis{60'000}, "n" + std::to_string(i)));
+    }));
+  std::set<int> ranks;
+  for (auto& f : nodes) {
+    const std::optional<RankAssignment> a = f.get();
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->nnodes, 3);
+    EXPECT_EQ(a->world_size, 3);
+    EXPECT_EQ(a->rank_base, a->node_rank);
+    ranks.insert(a->global_rank(0));
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+}
+
+TEST(ElasticRendezvous, FewerThanMinTimesOut) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  RendezvousRequest r = elastic_request(2, 3, Millis{10}, "alone");
+  r.join_timeout = Millis{300};
+  try {
+    try_join_rendezvous(store, r);
+    ADD_FAILURE() << "must time out";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1 node(s) joined within 0.3 s, fewer than the 2 that --nnodes 2:3 needs"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FreePort, IsBindable) {
   const int port = find_free_port();
   ASSERT_GT(port, 0);
