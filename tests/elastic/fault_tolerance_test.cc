@@ -174,9 +174,11 @@ TEST(LaunchInProcess, FailedWorkerIsReplacedAloneAndTheOthersKeepRunning) {
 
 TEST(LaunchInProcess, WithoutTheAnnouncementTheGroupRestartsWhole) {
   TempDir dir;
+  // Rank 1 fails in generation 0 once rank 0 has reported; rank 0 then waits to be stopped.
   const std::string script =
-      "echo gen $GRADMESH_GENERATION replacement $GRADMESH_REPLACEMENT; [ $GRADMESH_GENERATION = 1 ] || [ $RANK = 0 ] "
-      "|| exit 3";
+      "echo gen $GRADMESH_GENERATION replacement $GRADMESH_REPLACEMENT; [ $GRADMESH_GENERATION = 1 ] && exit 0; "
+      "if [ $RANK = 1 ]; then while [ ! -e " + dir.file("ready_0") + " ]; do sleep 0.02; done; exit 3; fi; "
+      "touch " + dir.file("ready_0") + "; while :; do sleep 0.05; done";
   LauncherProcess launch(launch_args({"--nproc-per-node", "2", "--max-restarts", "1"}, script), dir.path(), "l");
   EXPECT_EQ(launch.wait(), 0) << launch.err();
   EXPECT_EQ(lines_with_prefix(launch.out(), "[rank 0]: gen "),

@@ -127,7 +127,8 @@ TEST(WorkerEnv, FollowsTheTorchrunContract) {
       {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_NAME", "default"}, {"ROLE_RANK", "3"},
       {"ROLE_WORLD_SIZE", "5"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
       {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_MAX_RESTARTS", "3"},
-      {"GRADMESH_STORE", "file:///tmp/s"}, {"GRADMESH_RUN_ID", "job7"}, {"GRADMESH_GENERATION", "2"}};
+      {"GRADMESH_STORE", "file:///tmp/s"}, {"GRADMESH_RUN_ID", "job7"}, {"GRADMESH_GENERATION", "2"},
+      {"GRADMESH_REPLACEMENT", "0"}};
   EXPECT_EQ(env, expected);
 }
 

@@ -118,6 +118,16 @@ class Supervisor {
     if (!SignalRelay::is_stop_signal(sig) || group_.all_exited()) return;
     if (!stopping_) return begin_stop(Cause::kSignal, sig);
     if (killed_) return;
+    if (cause_ != Cause::kSignal) {
+      // Stopping for another reason (a failure, another node) when the launcher
+      // itself is told to stop (a preemption reaches every node): forward the
+      // signal so workers can save their state, and do not restart afterwards.
+      cause_ = Cause::kSignal;
+      stop_signal_ = sig;
+      group_.signal_all(sig);
+      group_.signal_all(SIGCONT);
+      return;
+    }
     say("received " + signal_name(sig) + " again; sending SIGKILL to " + workers_text(group_.running()));
     group_.signal_all(SIGKILL);
     killed_ = true;
