@@ -199,5 +199,15 @@ TEST(LaunchRestarts, RunIdStaysTheSameAcrossGenerations) {
   EXPECT_EQ(ids[2], ids[0]);
 }
 
+TEST(LaunchRestarts, ALauncherInsideAWorkerStartsAtGenerationZero) {
+  // A launcher started from a worker's environment inherits GRADMESH_GENERATION;
+  // its own job still starts at generation 0.
+  TempDir dir;
+  ScopedEnv inherited("GRADMESH_GENERATION", "5");
+  LauncherProcess launch(launch_args({}, "echo gen $GRADMESH_GENERATION"), dir.path(), "l");
+  EXPECT_EQ(launch.wait(), 0) << launch.err();
+  EXPECT_EQ(lines_with_prefix(launch.out(), "[rank 0]: "), std::vector<std::string>{"gen 0"});
+}
+
 }  // namespace
 }  // namespace gradmesh::testing

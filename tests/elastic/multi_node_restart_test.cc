@@ -132,5 +132,32 @@ TEST(ElasticNodes, ALateNodeJoinsAtTheNextRestart) {
   EXPECT_EQ(lines_with_prefix(b.out(), "[rank 1]: gen "), std::vector<std::string>{"1 world 2"}) << b.out() << b.err();
 }
 
+TEST(MultiNodeRestarts, PreemptionDuringAPeerStopIsForwardedNotKilled) {
+  TempDir dir;
+  // Node 1's rank fails; node 0's rank saves its state on SIGTERM (each signal
+  // leaves a mark) and exits 0 once the test releases it.
+  const std::string script =
+      "if [ $RANK = 1 ]; then while [ ! -e " + dir.file("ready_0") + " ]; do sleep 0.02; done; exit 5; fi; "
+      "trap 'echo x >> " + dir.file("term_0") + "' TERM; touch " + dir.file("ready_0") + "; while [ ! -e " +
+      dir.file("release") + " ]; do sleep 0.05; done; exit 0";
+  const auto flags = node_flags(dir, "2", "preempt", {"--node-rank", "0", "--grace-period", "60"});
+  LauncherProcess a(launch_args(flags, script), dir.path(), "a");
+  auto flags_b = flags;
+  flags_b[flags_b.size() - 3] = "1";  // --node-rank 1
+  LauncherProcess b(launch_args(flags_b, script), dir.path(), "b");
+  ASSERT_TRUE(wait_for_files({dir.file("term_0")}, milliseconds(20'000))) << a.err();  // a stops for b's failure
+  a.signal(SIGTERM);  // the job is preempted while a is stopping
+  ASSERT_TRUE(wait_for_text([&] { return read_file(dir.file("term_0")); }, "x\nx\n")) << a.err();
+  {
+    std::ofstream(dir.file("release")) << "";
+  }
+  EXPECT_EQ(a.wait(milliseconds(30'000)), 128 + SIGTERM) << a.err();
+  EXPECT_EQ(b.wait(milliseconds(30'000)), 5) << b.err();
+  EXPECT_EQ(a.err().find("SIGKILL"), std::string::npos) << "the workers were saving their state: " << a.err();
+  EXPECT_NE(a.err().find("received SIGTERM; every worker stopped cleanly (exit 0) within the grace period"),
+            std::string::npos)
+      << a.err();
+}
+
 }  // namespace
 }  // namespace gradmesh::testing

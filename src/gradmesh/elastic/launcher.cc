@@ -147,7 +147,9 @@ std::string generation_prefix(const LaunchContext& ctx, int generation) {
 // rendezvous has begun (a node that comes back after a loss joins the
 // survivors' generation, not the one it left).
 int starting_generation(const LaunchContext& ctx, comm::Store& store) {
-  int generation = read_current_generation(store, ctx.run_id);
+  // Not read_current_generation: its fallback is the worker's GRADMESH_GENERATION,
+  // which a launcher started from inside another job would inherit.
+  int generation = store.check({ctx.run_id + "/generation"}) ? read_current_generation(store, ctx.run_id) : 0;
   while (store.check({generation_prefix(ctx, generation + 1) + "/agent/node_counter"})) ++generation;
   return generation;
 }
