@@ -16,6 +16,7 @@
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/model_factory.h"
+#include "gradmesh/train/stop_request.h"
 #include "gradmesh/train/trainer.h"
 
 namespace gradmesh::cli {
@@ -32,10 +33,11 @@ std::string self_executable() {
 
 // `gradmesh train --nproc-per-node K`: the same command, K times, under the launcher.
 int launch_training(const std::string& config_path, const std::vector<std::string>& overrides,
-                    const std::string& nproc_per_node) {
+                    const std::string& nproc_per_node, const std::string& resume) {
   elastic::LaunchOptions o;
   o.nproc_per_node = elastic::parse_nproc_per_node(nproc_per_node);
   o.command = {self_executable(), "train", config_path};
+  if (!resume.empty()) o.command.insert(o.command.end(), {"--resume", resume});
   for (const std::string& override_text : overrides) {
     o.command.push_back("--set");
     o.command.push_back(override_text);
@@ -46,20 +48,32 @@ int launch_training(const std::string& config_path, const std::vector<std::strin
 }  // namespace
 
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              const std::string& nproc_per_node) {
+              const std::string& nproc_per_node, const std::string& resume) {
   // Parsed before any worker starts, so a config error is reported once.
   const train::Config config = train::load_config(config_path, overrides);
   if (!nproc_per_node.empty() && !comm::launched_as_worker())
-    return launch_training(config_path, overrides, nproc_per_node);
+    return launch_training(config_path, overrides, nproc_per_node, resume);
+  train::RunOptions run_options;
+  run_options.resume = resume;
   std::shared_ptr<comm::ProcessGroup> group;
   if (comm::launched_as_worker()) {
+    const comm::WorkerEnvironment env = comm::read_worker_environment();
+    run_options.generation = env.generation;
+    run_options.replacement = env_string("GRADMESH_REPLACEMENT") == "1";
     comm::ProcessGroupOptions options;
     options.backend = config.parallel.backend;
     options.timeout = train::collective_timeout(config.parallel);
-    group = comm::init_process_group_from_environment(options);
+    group = comm::init_process_group(env, options);
   }
-  const train::TrainSummary s = train::run_training(config, stderr, group);
+  train::catch_stop_signal();
+  const train::TrainSummary s = train::run_training(config, stderr, group, run_options);
   if (group && group->rank() != 0) return 0;  // rank 0 speaks for the job
+  if (s.stopped) {
+    std::printf("stopped after step %lld on SIGTERM; %s\n", static_cast<long long>(s.steps),
+                s.checkpoint_path.empty() ? "no checkpoint could be written"
+                                          : ("checkpoint " + s.checkpoint_path + "; continue with --resume auto").c_str());
+    return 0;
+  }
   std::printf("trained %lld steps (%lld samples) on %d rank%s in %.1f s: %.0f samples/s, %.1f GEMM GFLOP/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size,
               s.world_size == 1 ? "" : "s", s.train_seconds, s.samples_per_s, s.gemm_gflops_per_s);

@@ -11,7 +11,7 @@ namespace gradmesh::cli {
 // With nproc_per_node (not empty, and not already a launched worker): starts
 // that many workers through the launcher, each running this same training.
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
-              const std::string& nproc_per_node = "");
+              const std::string& nproc_per_node = "", const std::string& resume = "");
 int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights);
 int run_inspect(const std::string& path);
 int run_env_docs();

@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
                     "Train data-parallel with this many local workers (a number, or auto for one per CPU)")
       ->type_name("K");
 
+  std::string resume;
+  train->add_option("--resume", resume,
+                    "Continue a run: auto (the newest checkpoint that verifies, or a fresh start) or a checkpoint path")
+      ->type_name("auto|PATH");
+
   CLI::App* eval = app.add_subcommand("eval", "Evaluate weights on the config's test set");
   eval->add_option("config", config_path, "Config file (model and data sections are used)")->required();
   eval->add_option("--weights", weights, "A safetensors file, e.g. runs/<id>/model.safetensors")->required();
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
   try {
     if (*train) {
       if (!init_from.empty()) overrides.push_back("train.init_from=" + init_from);
-      return gradmesh::cli::run_train(config_path, overrides, nproc_per_node);
+      return gradmesh::cli::run_train(config_path, overrides, nproc_per_node, resume);
     }
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);

@@ -54,7 +54,10 @@ WorkerEnvironment read_worker_environment() {
 }
 
 std::shared_ptr<ProcessGroup> init_process_group_from_environment(const ProcessGroupOptions& options) {
-  const WorkerEnvironment env = read_worker_environment();
+  return init_process_group(read_worker_environment(), options);
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnvironment& env, const ProcessGroupOptions& options) {
   ProcessGroupOptions resolved = options;
   resolved.local_rank = env.local_rank;
   resolved.local_size = env.local_world_size;

@@ -26,5 +26,8 @@ WorkerEnvironment read_worker_environment();
 
 // Opens the store (namespaced "<run_id>/<generation>") and builds the world group.
 std::shared_ptr<ProcessGroup> init_process_group_from_environment(const ProcessGroupOptions& options = {});
+// The same for a given environment: in-process recovery forms the group of a
+// later generation than the one the worker was started in.
+std::shared_ptr<ProcessGroup> init_process_group(const WorkerEnvironment& env, const ProcessGroupOptions& options = {});
 
 }  // namespace gradmesh::comm

@@ -7,7 +7,8 @@
 
 namespace gradmesh::obs {
 
-JsonlWriter::JsonlWriter(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
+JsonlWriter::JsonlWriter(const std::string& path, bool append)
+    : path_(path), file_(std::fopen(path.c_str(), append ? "a" : "w")) {
   if (file_ == nullptr) throw_error(ErrorKind::kIo, path, std::string("cannot create: ") + std::strerror(errno));
 }
 

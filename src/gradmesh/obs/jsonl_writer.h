@@ -12,7 +12,9 @@ namespace gradmesh::obs {
 
 class JsonlWriter {
  public:
-  explicit JsonlWriter(const std::string& path);  // creates or truncates; Error(kIo) naming the path
+  // Creates or truncates the file (append: keeps what a resumed run wrote
+  // before); Error(kIo) naming the path.
+  explicit JsonlWriter(const std::string& path, bool append = false);
   ~JsonlWriter();
   JsonlWriter(const JsonlWriter&) = delete;
   JsonlWriter& operator=(const JsonlWriter&) = delete;

@@ -3,8 +3,10 @@
 #include "gradmesh/train/config.h"
 
 #include <toml++/toml.h>
+#include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +270,24 @@ std::string config_to_toml(const Config& config) {
       if (spec.section == section.name) out += leaf_of(spec.path) + " = " + format_value(spec.get(config)) + "\n";
   }
   return out;
+}
+
+std::string training_config_hash(const Config& config) {
+  Config maths = config;
+  // How the run is executed, not what it computes: reset to the defaults.
+  maths.train.threads = TrainConfig().threads;
+  maths.train.log_every = TrainConfig().log_every;
+  maths.train.eval_every_epoch = TrainConfig().eval_every_epoch;
+  maths.data.prefetch = DataConfig().prefetch;
+  maths.parallel = ParallelConfig();
+  maths.parallel.comm_dtype = config.parallel.comm_dtype;  // bf16 gradients change the sums
+  maths.output = OutputConfig();
+  maths.checkpoint = CheckpointConfig();
+  maths.elastic = ElasticConfig();
+  const std::string text = config_to_toml(maths);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
+  return hex;
 }
 
 }  // namespace gradmesh::train

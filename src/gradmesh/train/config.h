@@ -115,6 +115,24 @@ struct OutputConfig {
   bool operator==(const OutputConfig&) const = default;
 };
 
+// When and where the run saves checkpoints (checkpoint/: <dir>/step-<N>/).
+struct CheckpointConfig {
+  CheckpointConfig();
+  int64_t every_steps;    // 0 = not by step count
+  double every_seconds;   // 0 = not by time
+  int64_t keep_last;      // committed checkpoints kept (0 = all)
+  bool async;             // snapshot in memory, write in the background
+  std::string dir;        // "" = <run>/checkpoints
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+// How a launched job recovers when a worker fails.
+struct ElasticConfig {
+  ElasticConfig();
+  std::string recovery;  // "restart" (from the latest checkpoint) | "in-process" (survivors re-form the group)
+  bool operator==(const ElasticConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -123,6 +141,8 @@ struct Config {
   TrainConfig train;
   ParallelConfig parallel;
   OutputConfig output;
+  CheckpointConfig checkpoint;
+  ElasticConfig elastic;
   bool operator==(const Config&) const = default;
 };
 
@@ -147,6 +167,12 @@ std::string config_markdown();
 // saved as <run>/config.toml and hashed to check that all ranks agree).
 // parse_config(config_to_toml(c), ...) == c.
 std::string config_to_toml(const Config& config);
+
+// xxh64 (16 hex digits) of the config keys that decide the weights a run
+// produces: everything but how it is run (threads, logging, parallel,
+// output, checkpoint and elastic sections). A checkpoint records it so a
+// resume with different maths is noticed.
+std::string training_config_hash(const Config& config);
 
 // data.dir, or $GRADMESH_DATA_DIR (with its declared default) when it is "".
 std::string resolved_data_dir(const DataConfig& data);

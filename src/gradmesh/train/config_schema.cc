@@ -29,6 +29,8 @@ GRADMESH_CONFIG_SECTION(ScheduleConfig, schedule)
 GRADMESH_CONFIG_SECTION(TrainConfig, train)
 GRADMESH_CONFIG_SECTION(ParallelConfig, parallel)
 GRADMESH_CONFIG_SECTION(OutputConfig, output)
+GRADMESH_CONFIG_SECTION(CheckpointConfig, checkpoint)
+GRADMESH_CONFIG_SECTION(ElasticConfig, elastic)
 #undef GRADMESH_CONFIG_SECTION
 
 template <class T> struct MemberOf;
@@ -183,6 +185,14 @@ std::vector<KeySpec> build_schema() {
     key<&OutputConfig::weights_dtype>("weights_dtype", "F32", one_of({"F32", "BF16"}), "Element type of the saved weights."),
     key<&OutputConfig::trace_steps>("trace_steps", 20, closed(0, kMaxTraceSteps), "Optimizer steps recorded in trace.rank<R>.json (Chrome trace format; 0 = no trace)."),
     key<&OutputConfig::report>("report", true, any(), "Write report.html: loss, accuracy, throughput and per-rank phase times as inline SVG charts."),
+
+    key<&CheckpointConfig::every_steps>("every_steps", 0, closed(0, kMaxSteps), "Save a checkpoint every N optimizer steps (0 = not by step count)."),
+    key<&CheckpointConfig::every_seconds>("every_seconds", 0.0, closed(0, kMaxTimeoutS), "Save a checkpoint when this many seconds passed since the last one (0 = not by time)."),
+    key<&CheckpointConfig::keep_last>("keep_last", 3, closed(0, 1000000), "Committed checkpoints kept; older ones are deleted (0 = keep all)."),
+    key<&CheckpointConfig::async>("async", true, any(), "Copy the state into memory and write it on a background thread (false: the step loop waits for the write)."),
+    key<&CheckpointConfig::dir>("dir", "", any(), "Where step-<N>/ directories go; empty = <run>/checkpoints."),
+
+    key<&ElasticConfig::recovery>("recovery", "restart", one_of({"restart", "in-process"}), "Under gradmesh launch, what happens when a worker dies: restart = every worker restarts from the latest checkpoint; in-process = the survivors keep their state, re-form the group with a replacement and hand it the state over the group."),
   };
   // clang-format on
 }
@@ -286,6 +296,8 @@ ScheduleConfig::ScheduleConfig() { fill_section_defaults("schedule", this); }
 TrainConfig::TrainConfig() { fill_section_defaults("train", this); }
 ParallelConfig::ParallelConfig() { fill_section_defaults("parallel", this); }
 OutputConfig::OutputConfig() { fill_section_defaults("output", this); }
+CheckpointConfig::CheckpointConfig() { fill_section_defaults("checkpoint", this); }
+ElasticConfig::ElasticConfig() { fill_section_defaults("elastic", this); }
 
 const std::vector<SectionSpec>& config_sections() {
   static const std::vector<SectionSpec> sections = {
@@ -296,6 +308,8 @@ const std::vector<SectionSpec>& config_sections() {
       {"train", "The training loop."},
       {"parallel", "Data-parallel training: how ranks exchange gradients. A single process ignores this section."},
       {"output", "What a run writes and where."},
+      {"checkpoint", "Checkpoints: `<run>/checkpoints/step-<N>/` with the weights, the optimizer state, `trainer.json` and a checksummed `manifest.json` (docs/checkpoint.md). `gradmesh train --resume auto` continues from the newest one that verifies."},
+      {"elastic", "Recovery from failed workers under `gradmesh launch` (docs/launch.md)."},
   };
   return sections;
 }

@@ -1,5 +1,7 @@
 #include "gradmesh/train/rank_setup.h"
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -139,28 +141,31 @@ std::optional<comm::Millis> collective_timeout(const ParallelConfig& c) {
   return comm::Millis(ms);
 }
 
-std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group) {
+std::string on_leader(comm::ProcessGroup* group, const std::function<std::string()>& leader_part,
+                      const std::string& what) {
   const bool multi = multi_rank(group);
   const bool leader = !group || group->rank() == 0;
-  std::string path;
+  std::string result;
   std::exception_ptr failure;
   if (leader) {
     try {
-      path = create_run_dir(output.dir, output.run_id.empty() ? new_run_id() : output.run_id);
+      result = leader_part();
     } catch (const std::exception&) {
       if (!multi) throw;
       failure = std::current_exception();
     }
   }
-  if (!multi) return path;
-  // A path never starts with a newline, so it marks a failure message.
-  const std::string shared = parallel::broadcast_string(*group, failure ? "\n" + message_of(failure) : path);
+  if (!multi) return result;
+  // A leading NUL never starts a result (paths, flags), so it marks a failure message.
+  const std::string shared =
+      parallel::broadcast_string(*group, failure ? std::string(1, '\0') + message_of(failure) : result);
   if (failure) std::rethrow_exception(failure);
-  if (!shared.empty() && shared[0] == '\n')
-    throw_error(ErrorKind::kIo, "run directory", "rank 0 could not create it: " + shared.substr(1));
-  if (!leader) std::filesystem::create_directories(shared);
+  if (!shared.empty() && shared[0] == '\0')
+    throw_error(ErrorKind::kIo, what, "rank 0 failed: " + shared.substr(1));
   return shared;
 }
+
+PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }
 
 EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, comm::ProcessGroup* group) {
   if (!multi_rank(group)) return evaluate(model, test_set);

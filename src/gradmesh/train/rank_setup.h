@@ -3,6 +3,7 @@
 // With one process (group null or of size 1) every step is local.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,9 +49,17 @@ parallel::ReducerOptions reducer_options(const ParallelConfig& config);
 // process group's (GRADMESH_COMM_TIMEOUT, default 300 s) applies.
 std::optional<comm::Millis> collective_timeout(const ParallelConfig& config);
 
-// Rank 0 creates <output.dir>/<run id>; the other ranks learn the path and
-// create it on their own machine. Collective with several ranks.
-std::string open_run_dir(const OutputConfig& output, comm::ProcessGroup* group);
+// Runs `leader_part` on rank 0 and returns its result on every rank
+// (collective with several ranks). When it throws, rank 0 rethrows and every
+// other rank throws Error(kIo) "<what>: rank 0 failed: <message>", so no
+// rank waits for a result that never comes.
+std::string on_leader(comm::ProcessGroup* group, const std::function<std::string()>& leader_part,
+                      const std::string& what);
+
+// A worker that replaces a failed one (in-process recovery): its data and
+// model as prepare_rank builds them for `world_size` ranks, without the
+// collectives; the state comes from the survivors.
+PreparedRank prepare_replacement(const Config& config, int world_size);
 
 // Each rank evaluates its share of the test set and the sums are all-reduced,
 // so every rank returns the whole test set's loss and accuracy.

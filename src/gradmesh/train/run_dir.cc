@@ -23,16 +23,17 @@ std::string new_run_id() {
   return std::string(stamp) + "-" + suffix;
 }
 
-std::string create_run_dir(const std::string& parent, const std::string& id) {
+std::string create_run_dir(const std::string& parent, const std::string& id, bool reuse) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(parent) / id;
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw_error(ErrorKind::kIo, parent, "cannot create the output directory: " + ec.message());
   if (!fs::create_directory(dir, ec)) {
+    if (!ec && reuse) return dir.string();
     if (ec) throw_error(ErrorKind::kIo, dir.string(), "cannot create the run directory: " + ec.message());
     throw_error(ErrorKind::kConfig, dir.string(),
-                "run directory already exists; choose another output.run_id or remove it");
+                "run directory already exists; choose another output.run_id, remove it, or continue it with --resume auto");
   }
   return dir.string();
 }

@@ -11,7 +11,8 @@ namespace gradmesh::train {
 std::string new_run_id();
 
 // Creates <parent>/<id> (and parent). An existing directory is an error, so a
-// run never overwrites another run's results.
-std::string create_run_dir(const std::string& parent, const std::string& id);
+// run never overwrites another run's results, unless `reuse` (a resumed or
+// restarted run continues in its own directory).
+std::string create_run_dir(const std::string& parent, const std::string& id, bool reuse = false);
 
 }  // namespace gradmesh::train

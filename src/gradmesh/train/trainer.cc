@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
@@ -14,7 +15,12 @@
 #include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
+#include "gradmesh/train/run_checkpointer.h"
+#include "gradmesh/train/run_dir.h"
 #include "gradmesh/train/run_report.h"
+#include "gradmesh/train/run_resilience.h"
+#include "gradmesh/train/stop_request.h"
+#include "gradmesh/train/training_state.h"
 #include "gradmesh/train/train_step.h"
 
 namespace gradmesh::train {
@@ -68,6 +74,7 @@ double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
 // progress and the report.
 struct LoopState {
   int64_t step = 0, samples = 0;
+  int64_t epoch = 0, step_in_epoch = 0;  // where the next step comes from (epoch, batches of it done)
   double start = 0, excluded = 0;  // evaluation time is kept out of the throughput
   PhaseTimes window;               // this rank's times since the last log line
   int64_t window_samples = 0;
@@ -81,14 +88,22 @@ struct LoopState {
 // summary, and rank 0's final files.
 class TrainingRun {
  public:
-  TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group);
+  TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group,
+              RunOptions options);
   TrainSummary run();
 
  private:
   nn::Model& model() { return *prepared_.model; }
+  void build_step_machinery();
   void open_outputs();
+  void start_from(const checkpoint::TrainerState& state, const std::string& how);
+  checkpoint::TrainerState current_state() const;
   void announce();
+  void run_epochs();
+  void recover(const Error& failure);
   void run_epoch(int64_t epoch);
+  void save_checkpoint(bool sync);
+  void stop_here();
   void train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end);
   void show_progress(int64_t epoch, int64_t step_in_epoch);
   void log_interval(float lr, int64_t epoch);
@@ -100,10 +115,11 @@ class TrainingRun {
 
   const Config& config_;
   const TrainConfig& tc_;
+  const RunOptions options_;
   std::shared_ptr<comm::ProcessGroup> group_;
   comm::ProcessGroup* world_;  // null on a single process
-  const int rank_, world_size_;
-  const bool leader_;
+  int rank_, world_size_;
+  bool leader_;
   PreparedRank prepared_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<parallel::GradientReducer> reducer_;
@@ -111,6 +127,10 @@ class TrainingRun {
   optim::ScheduleOptions schedule_;
   float base_lr_ = 0;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<StopVote> stop_vote_;
+  std::unique_ptr<RunCheckpointer> checkpointer_;
+  RunResilience resilience_;
+  bool stopping_ = false;
 
   TrainSummary summary_;
   std::unique_ptr<obs::JsonlWriter> metrics_;  // rank 0 only
@@ -123,22 +143,32 @@ class TrainingRun {
   int64_t epochs_run_ = 0;
 };
 
-TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group)
-    : config_(config), tc_(config.train), group_(std::move(group)), world_(group_.get()),
+TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group,
+                         RunOptions options)
+    : config_(config), tc_(config.train), options_(std::move(options)), group_(std::move(group)), world_(group_.get()),
       rank_(world_ ? world_->rank() : 0), world_size_(world_ ? world_->size() : 1), leader_(rank_ == 0),
       progress_(leader_ ? obs::progress_mode_from_env(progress_stream) : obs::ProgressMode::kOff, progress_stream,
                 tc_.log_every),
-      detector_(config.parallel.slow_rank_factor, 3) {
+      detector_(config.parallel.slow_rank_factor, 3), resilience_(config, options_) {
   kernels::set_num_threads(static_cast<int>(tc_.threads));
-  prepared_ = prepare_rank(config_, world_);
+  // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
+  prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, world_);
   optimizer_ = make_optimizer(config_.optim, model().num_parameters());
-  if (multi_rank(world_))
-    reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
-  loader_ = std::make_unique<data::BatchLoader>(prepared_.train_set, loader_options(config_, rank_, world_size_));
   schedule_ = schedule_options(config_, prepared_.steps.total_steps);
   base_lr_ = static_cast<float>(config_.optim.lr);
   optim::validate_schedule(schedule_, base_lr_);
+  build_step_machinery();
+}
+
+// What depends on the group: rebuilt after an in-process recovery.
+void TrainingRun::build_step_machinery() {
+  runner_.reset();
+  reducer_.reset();
+  if (multi_rank(world_))
+    reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
+  loader_ = std::make_unique<data::BatchLoader>(prepared_.train_set, loader_options(config_, rank_, world_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get());
+  stop_vote_ = std::make_unique<StopVote>(world_);
 }
 
 TrainSummary TrainingRun::run() {
@@ -148,15 +178,20 @@ TrainSummary TrainingRun::run() {
   trace_ = std::make_unique<obs::ChromeTrace>(rank_, s_.start);
   flops_start_ = kernels::gemm_flops();
   nn::forward_context().seed = tc_.seed;
-  for (int64_t epoch = 0; epoch < tc_.epochs && s_.step < prepared_.steps.total_steps; ++epoch) {
-    run_epoch(epoch);
-    epochs_run_ = epoch + 1;
-    if (tc_.eval_every_epoch) evaluate_epoch(epoch);
+  for (;;) {
+    try {
+      run_epochs();
+      break;
+    } catch (const Error& e) {
+      if (!resilience_.can_recover(e)) throw;
+      recover(e);
+    }
   }
   progress_.finish();
+  if (checkpointer_) checkpointer_->finish();
   summarize();
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
-  if (!leader_) return summary_;
+  if (!leader_ || summary_.stopped) return summary_;
   if (config_.output.save_weights) {
     summary_.weights_path = summary_.run_dir + "/model.safetensors";
     save_weights(model(), summary_.weights_path, config_, s_.step, epochs_run_);
@@ -167,14 +202,67 @@ TrainSummary TrainingRun::run() {
 }
 
 void TrainingRun::open_outputs() {
-  const Config& config = config_;
-  TrainSummary& summary = summary_;
-  summary.world_size = world_size_;
-  summary.run_dir = open_run_dir(config.output, world_);
-  if (leader_) {
-    write_file_atomically(summary.run_dir + "/config.toml", config_to_toml(config));
-    metrics_ = std::make_unique<obs::JsonlWriter>(summary.run_dir + "/metrics.jsonl");
+  summary_.world_size = world_size_;
+  checkpoint::TrainerState state;
+  bool resumed = false;
+  std::vector<std::string> notes;
+  if (options_.replacement) {
+    // The survivors hold the run directory and the state; the replacement joins them.
+    resilience_.hand_over(*group_, false, model(), *optimizer_, state, summary_.run_dir);
+    resumed = true;
+  } else {
+    std::optional<checkpoint::LoadedCheckpoint> loaded;
+    summary_.run_dir = on_leader(world_, [&] {
+      RunPlan plan = plan_run(config_, options_);
+      notes = plan.notes;
+      loaded = std::move(plan.checkpoint);
+      return create_run_dir(plan.parent, plan.id, plan.reuse);
+    }, "run directory");
+    if (!leader_) std::filesystem::create_directories(summary_.run_dir);
+    resumed = !on_leader(world_, [&]() -> std::string {
+      if (!loaded) return "";
+      restore_state(*loaded, model(), *optimizer_);
+      state = loaded->trainer;
+      return "resumed";
+    }, "resume").empty();
+    if (resumed && multi_rank(world_)) broadcast_training_state(*world_, 0, model(), *optimizer_, state);
   }
+  if (leader_) {
+    write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
+    metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", resumed || options_.generation > 0);
+    for (const std::string& note : notes) progress_.message(note);
+  }
+  checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
+                                                    leader_, now_seconds());
+  if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
+  resilience_.started(world_, s_.step, metrics_.get());
+}
+
+// Continue where `state` says: the same step, the same place in the global sample order.
+void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::string& how) {
+  s_.step = state.step;
+  s_.epoch = state.epoch;
+  s_.step_in_epoch = state.step_in_epoch;
+  summary_.resumed_from_step = state.step;
+  if (metrics_)
+    metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
+                        .add("from", how).add("checkpoint_world_size", state.world_size)
+                        .add("world_size", world_size_).add("generation", resilience_.generation()));
+}
+
+checkpoint::TrainerState TrainingRun::current_state() const {
+  checkpoint::TrainerState t;
+  t.step = s_.step;
+  t.epoch = s_.epoch;
+  t.step_in_epoch = s_.step_in_epoch;
+  t.epoch_position = std::min(s_.step_in_epoch * tc_.batch_size, prepared_.train_set.count);
+  t.seed = tc_.seed;
+  t.rng_step = static_cast<uint64_t>(s_.step);
+  t.config_hash = training_config_hash(config_);
+  t.world_size = world_size_;
+  t.generation = resilience_.generation();
+  t.optimizer = optimizer_->name();
+  return t;
 }
 
 void TrainingRun::announce() {
@@ -186,15 +274,72 @@ void TrainingRun::announce() {
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : ""));
 }
 
+void TrainingRun::run_epochs() {
+  for (; s_.epoch < tc_.epochs && s_.step < prepared_.steps.total_steps && !stopping_; ++s_.epoch, s_.step_in_epoch = 0) {
+    run_epoch(s_.epoch);
+    if (stopping_) return;
+    epochs_run_ = s_.epoch + 1;
+    if (tc_.eval_every_epoch) evaluate_epoch(s_.epoch);
+  }
+}
+
+// A peer died: re-form the group with its replacement, take the most advanced replica's state, go on.
+void TrainingRun::recover(const Error& failure) {
+  progress_.finish();
+  progress_.message("a peer failed (" + std::string(failure.what()) + "); recovering in process");
+  runner_.reset();
+  reducer_.reset();
+  stop_vote_.reset();
+  world_ = nullptr;
+  group_ = resilience_.rejoin();
+  world_ = group_.get();
+  rank_ = world_->rank();
+  world_size_ = world_->size();
+  leader_ = rank_ == 0;
+  checkpoint::TrainerState state = current_state();
+  resilience_.hand_over(*group_, true, model(), *optimizer_, state, summary_.run_dir);
+  if (leader_ && !metrics_) metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", true);
+  if (leader_ && !checkpointer_->writer())
+    checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
+                                                      true, now_seconds());
+  build_step_machinery();
+  start_from(state, "replica");
+  ++summary_.recoveries;
+  s_.window = PhaseTimes{};
+  s_.window_samples = 0;
+  s_.window_start = now_seconds();
+  resilience_.started(world_, s_.step, metrics_.get());
+}
+
 void TrainingRun::run_epoch(int64_t epoch) {
-  loader_->start_epoch(epoch);
+  loader_->skip_to(epoch, s_.step_in_epoch);
   data::Batch batch;
-  for (int64_t step_in_epoch = 1; s_.step < prepared_.steps.total_steps; ++step_in_epoch) {
+  while (s_.step < prepared_.steps.total_steps && !stopping_) {
     const double data_start = now_seconds();
     if (!loader_->next(batch)) break;
     train_step(batch, epoch, data_start, now_seconds());
-    show_progress(epoch, step_in_epoch);
+    show_progress(epoch, s_.step_in_epoch);
   }
+}
+
+void TrainingRun::save_checkpoint(bool sync) {
+  const double stalled = checkpointer_->save([&] { return take_snapshot(model(), *optimizer_, current_state()); },
+                                             sync, now_seconds());
+  // The stall stays in the training time: it is what the loop paid for the checkpoint.
+  if (metrics_)
+    metrics_->write(obs::JsonObject().add("type", "checkpoint").add("step", s_.step).add("sync", sync || !config_.checkpoint.async)
+                        .add("stall_ms", stalled * 1e3));
+}
+
+// Every rank agreed to stop after this step (SIGTERM somewhere): save synchronously and leave.
+void TrainingRun::stop_here() {
+  stopping_ = true;
+  summary_.stopped = true;
+  if (checkpointer_->writer()) save_checkpoint(true);
+  progress_.finish();
+  progress_.message("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
+                    (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""));
+  if (metrics_) metrics_->write(obs::JsonObject().add("type", "stopped").add("step", s_.step).add("signal", "SIGTERM"));
 }
 
 void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end) {
@@ -203,15 +348,21 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   if (traced) trace_->span("compute", "data", data_start, data_end);
   const float lr = optim::lr_at(schedule_, base_lr_, s_.step);
   nn::forward_context().step = static_cast<uint64_t>(s_.step);
+  stop_vote_->begin_step();
   const double loss = runner_->run(batch, lr, s_.step, s_.window, traced ? trace_.get() : nullptr);
+  const bool stop = stop_vote_->finish_step();
   if (traced) trace_->span("compute", "step " + std::to_string(s_.step), data_start, now_seconds());
   ++s_.step;
+  ++s_.step_in_epoch;
+  resilience_.stepped(s_.step);
   s_.samples += batch.global_batch_len;
   s_.window_samples += batch.global_batch_len;
   // With several ranks the global loss is known at log steps; until the
   // first one, this rank's share scaled by the world size estimates it.
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
   if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
+  if (stop) return stop_here();
+  if (checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds())) save_checkpoint(false);
 }
 
 void TrainingRun::show_progress(int64_t epoch, int64_t step_in_epoch) {
@@ -269,7 +420,9 @@ void TrainingRun::write_step_line(const std::vector<PhaseTimes>& ranks, float lr
 void TrainingRun::evaluate_epoch(int64_t epoch) {
   const double eval_start = now_seconds();
   const uint64_t eval_flops = kernels::gemm_flops();
+  resilience_.touch();
   const EvalResult r = evaluate_world(model(), prepared_.test_set, world_);
+  resilience_.touch();
   flops_excluded_ += kernels::gemm_flops() - eval_flops;
   summary_.test_loss = r.loss;
   summary_.test_accuracy = r.accuracy;
@@ -308,6 +461,11 @@ void TrainingRun::summarize() {
   }
   summary_.exposed_comm_share =
       phases.ms_per_step.empty() ? 0 : comm_share / static_cast<double>(phases.ms_per_step.size());
+  if (checkpointer_) {
+    const checkpoint::CheckpointStats c = checkpointer_->stats();
+    summary_.checkpoint_path = c.last_path;
+    summary_.checkpoints_failed = c.failed;
+  }
 }
 
 void TrainingRun::write_summary_line() {
@@ -318,6 +476,12 @@ void TrainingRun::write_summary_line() {
       .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
       .add("exposed_comm_share", s.exposed_comm_share);
   if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);
+  if (checkpointer_ && checkpointer_->saves() > 0) {
+    const checkpoint::CheckpointStats c = checkpointer_->stats();
+    line.add("checkpoints_saved", c.saved).add("checkpoints_failed", c.failed)
+        .add("checkpoint_bytes", c.bytes).add("checkpoint_write_seconds", c.write_seconds)
+        .add("checkpoint_stall_seconds", checkpointer_->stall_seconds());
+  }
   metrics_->write(line);
 }
 
@@ -337,8 +501,9 @@ void TrainingRun::write_report() {
 
 }  // namespace
 
-TrainSummary run_training(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group) {
-  return TrainingRun(config, progress_stream, std::move(group)).run();
+TrainSummary run_training(const Config& config, std::FILE* progress_stream, std::shared_ptr<comm::ProcessGroup> group,
+                          const RunOptions& options) {
+  return TrainingRun(config, progress_stream, std::move(group), options).run();
 }
 
 }  // namespace gradmesh::train

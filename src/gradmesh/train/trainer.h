@@ -18,6 +18,7 @@
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/rank_setup.h"
+#include "gradmesh/train/run_plan.h"
 
 namespace gradmesh::train {
 
@@ -35,13 +36,21 @@ struct TrainSummary {
   double test_loss = 0;
   double test_accuracy = 0;
   bool evaluated = false;
+  int64_t resumed_from_step = -1;  // the checkpoint or replica state this run continued from (-1: none)
+  int recoveries = 0;              // in-process recoveries this worker took part in
+  bool stopped = false;            // SIGTERM: stopped after a step and saved a checkpoint
+  std::string checkpoint_path;     // the newest checkpoint this run wrote ("" when none)
+  int64_t checkpoints_failed = 0;  // saves that failed (disk full, I/O errors); training went on
 };
 
 // Runs the whole training: run directory, metrics.jsonl, trace, report.html,
 // progress on `progress` (rank 0), evaluation after each epoch, final
 // weights. `group` (null = one process) is the job's world; every rank calls
 // this with the same config. Throws gradmesh::Error.
+// `options` say what to continue from (--resume, restarts; run_plan.h).
+// SIGTERM (after catch_stop_signal()) ends the run after the step in
+// progress with a synchronous checkpoint and summary.stopped set.
 TrainSummary run_training(const Config& config, std::FILE* progress = stderr,
-                          std::shared_ptr<comm::ProcessGroup> group = nullptr);
+                          std::shared_ptr<comm::ProcessGroup> group = nullptr, const RunOptions& options = {});
 
 }  // namespace gradmesh::train

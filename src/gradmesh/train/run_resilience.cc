@@ -1,0 +1,95 @@
+#include "gradmesh/train/run_resilience.h"
+
+#include <chrono>
+
+#include "gradmesh/core/log.h"
+#include "gradmesh/obs/json_object.h"
+#include "gradmesh/train/rank_setup.h"
+
+namespace gradmesh::train {
+namespace {
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string run_id_of(const comm::WorkerEnvironment& env) { return env.run_id.empty() ? "run" : env.run_id; }
+
+}  // namespace
+
+RunResilience::RunResilience(const Config& config, const RunOptions& options) : config_(config) {
+  generation_ = options.generation;
+  if (!comm::launched_as_worker()) return;
+  env_ = comm::read_worker_environment();
+  if (env_.store_endpoint.empty() || env_.run_id.empty()) return;  // mpirun: no launcher to talk to
+  launched_ = true;
+  generation_ = env_.generation;
+  store_ = comm::open_store(env_.store_endpoint);
+  heartbeat_ = elastic::HeartbeatPublisher::from_environment(store_);
+  if (config_.elastic.recovery == "in-process" && env_.world_size > 1) {
+    comm::ProcessGroupOptions group_options;
+    group_options.backend = config_.parallel.backend;
+    group_options.timeout = collective_timeout(config_.parallel);
+    recovery_ = std::make_unique<InProcessRecovery>(env_, group_options);
+  }
+}
+
+RunResilience::~RunResilience() = default;
+
+bool RunResilience::can_recover(const Error& failure) const {
+  return recovery_ && (failure.kind() == ErrorKind::kComm || failure.kind() == ErrorKind::kTimeout);
+}
+
+std::shared_ptr<comm::ProcessGroup> RunResilience::rejoin() {
+  GRADMESH_CHECK(recovery_ != nullptr, "in-process recovery is not enabled");
+  heartbeat_.reset();  // the keys of the failed generation; the new one starts below
+  std::shared_ptr<comm::ProcessGroup> group = recovery_->rejoin();
+  generation_ = recovery_->generation();
+  if (launched_) heartbeat_ = std::make_unique<elastic::HeartbeatPublisher>(
+                     store_, run_id_of(env_), generation_, env_.rank, std::chrono::milliseconds(1000));
+  return group;
+}
+
+int RunResilience::hand_over(comm::ProcessGroup& group, bool have_state, nn::Model& model,
+                             optim::Optimizer& optimizer, checkpoint::TrainerState& state, std::string& run_dir) {
+  if (!recovery_)
+    throw_error(ErrorKind::kConfig, "GRADMESH_REPLACEMENT",
+                "set, but this run does not recover in process (elastic.recovery = \"in-process\")");
+  return recovery_->hand_over(group, have_state, model, optimizer, state, run_dir);
+}
+
+void RunResilience::started(comm::ProcessGroup* world, int64_t step, obs::JsonlWriter* metrics) {
+  (void)world;
+  metrics_ = metrics;
+  restart_step_ = step;
+  pending_.reset();
+  if (!launched_ || generation_ == 0 || metrics == nullptr) return;
+  try {
+    pending_ = elastic::read_restart_record(*store_, run_id_of(env_), generation_);
+  } catch (const Error& e) {
+    log_warn(std::string("cannot read why this generation started: ") + e.what());
+  }
+}
+
+void RunResilience::stepped(int64_t step) {
+  if (heartbeat_) heartbeat_->set_step(step);
+  if (!pending_ || metrics_ == nullptr) return;
+  const elastic::RestartRecord r = *pending_;
+  pending_.reset();
+  obs::JsonObject line;
+  line.add("type", "restart").add("generation", r.generation).add("failed_rank", r.failed_rank)
+      .add("cause", r.cause).add("exit_code", r.exit_code)
+      .add("recovery", recovery_ ? "in-process" : "restart")
+      .add("resumed_at_step", restart_step_)
+      .add("seconds_to_first_step", static_cast<double>(unix_ms() - r.failure_unix_ms) / 1e3);
+  // Steps trained before the failure that had to be trained again.
+  if (r.last_step >= 0) line.add("steps_lost", std::max<int64_t>(0, r.last_step - restart_step_));
+  metrics_->write(line);
+}
+
+void RunResilience::touch() {
+  if (heartbeat_) heartbeat_->touch();
+}
+
+}  // namespace gradmesh::train

@@ -1,0 +1,277 @@
+// Fault tolerance end to end, on the real binary, the real launcher and real
+// signals: workers SIGKILLed mid-run (restart from disk and in-process
+// recovery), SIGTERM preemption and resume, SIGSTOP hangs, corrupted
+// checkpoints, a full disk, and resuming at another world size. The bar is
+// bit-identical final weights against a run that never stopped.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "run_command.h"
+
+namespace gradmesh::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// About 300 steps of a wider MLP (a few ms each), checkpoints every 50.
+std::string workload(const std::string& run_id, const std::string& extra = "") {
+  return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
+         " --set model.hidden=[1024,1024] --set data.limit_train=38400 --set data.limit_test=1000"
+         " --set train.log_every=10 --set output.report=false --set output.trace_steps=0"
+         " --set checkpoint.every_steps=50 --set checkpoint.keep_last=0 --set output.run_id=" +
+         run_id + " " + extra;
+}
+
+// `gradmesh launch` of the workload on 2 local workers, in the background.
+pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
+                   const std::string& log_name) {
+  const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines '" GRADMESH_BINARY
+                          "' launch --nproc-per-node 2 " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
+                          " > " + log_name + ".out 2> " + log_name + ".err";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Exit code of `pid` (128 + signal when killed); -1 when it did not exit within `limit`.
+int wait_exit(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The rank a worker process was started as (its RANK variable), -1 if unreadable.
+int rank_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0'))
+    if (entry.rfind("RANK=", 0) == 0) return std::stoi(entry.substr(5));
+  return -1;
+}
+
+int64_t newest_checkpoint(const std::string& dir) {
+  int64_t best = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) best = std::max<int64_t>(best, std::stoll(name.substr(5)));
+  }
+  return best;
+}
+
+bool wait_for_checkpoint(const std::string& dir, int64_t at_least, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (newest_checkpoint(dir) < at_least)
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    else std::this_thread::sleep_for(5ms);
+  return true;
+}
+
+std::vector<nlohmann::json> events(const std::string& metrics, const std::string& type) {
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<nlohmann::json> out;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["type"] == type) out.push_back(j);
+  }
+  return out;
+}
+
+// The uninterrupted 2-worker run every fault run is compared with.
+std::string baseline_weights(const TempDir& dir) {
+  const pid_t launcher = spawn_launch("", workload("baseline"), dir.path(), "baseline");
+  EXPECT_EQ(wait_exit(launcher, 300s), 0) << read_text(dir.file("baseline.err"));
+  return read_text(dir.file("runs/baseline/model.safetensors"));
+}
+
+// Kills a random worker after each of the given checkpoint steps appears.
+void kill_workers_at(pid_t launcher, const std::string& checkpoints, const std::vector<int64_t>& after_steps,
+                     uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int64_t step : after_steps) {
+    ASSERT_TRUE(wait_for_checkpoint(checkpoints, step, 240s)) << "no checkpoint of step " << step;
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 40));
+    std::vector<pid_t> workers = children_of(launcher);
+    ASSERT_FALSE(workers.empty());
+    const pid_t victim = workers[rng() % workers.size()];
+    ::kill(victim, SIGKILL);
+  }
+}
+
+class TrainingFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
+  }
+  TempDir dir_;
+};
+
+TEST_F(TrainingFaults, ThreeKillsRestartFromDiskAndEndBitIdentical) {
+  const std::string expected = baseline_weights(dir_);
+  const pid_t launcher = spawn_launch("--max-restarts 3 --rdzv-id chaos", workload("chaos"), dir_.path(), "chaos");
+  kill_workers_at(launcher, dir_.file("runs/chaos/checkpoints"), {50, 150, 250}, 7);
+  ASSERT_EQ(wait_exit(launcher, 300s), 0) << read_text(dir_.file("chaos.err"));
+  EXPECT_TRUE(read_text(dir_.file("runs/chaos/model.safetensors")) == expected)
+      << "final weights differ from the uninterrupted run";
+  const std::vector<nlohmann::json> restarts = events(dir_.file("runs/chaos/metrics.jsonl"), "restart");
+  ASSERT_EQ(restarts.size(), 3u) << read_text(dir_.file("chaos.err"));
+  for (const nlohmann::json& r : restarts) {
+    EXPECT_LE(r["steps_lost"].get<int64_t>(), 50) << r.dump();
+    EXPECT_GE(r["seconds_to_first_step"].get<double>(), 0.0) << r.dump();
+    EXPECT_FALSE(r["cause"].get<std::string>().empty());
+  }
+}
+
+TEST_F(TrainingFaults, ThreeKillsRecoveredInProcessLoseNoStep) {
+  const std::string expected = baseline_weights(dir_);
+  const pid_t launcher = spawn_launch("--max-restarts 3 --rdzv-id inproc",
+                                      workload("inproc", "--set elastic.recovery=in-process"), dir_.path(), "inproc");
+  kill_workers_at(launcher, dir_.file("runs/inproc/checkpoints"), {50, 150, 250}, 11);
+  ASSERT_EQ(wait_exit(launcher, 300s), 0) << read_text(dir_.file("inproc.err"));
+  EXPECT_TRUE(read_text(dir_.file("runs/inproc/model.safetensors")) == expected)
+      << "final weights differ from the uninterrupted run";
+  const std::vector<nlohmann::json> restarts = events(dir_.file("runs/inproc/metrics.jsonl"), "restart");
+  ASSERT_EQ(restarts.size(), 3u) << read_text(dir_.file("inproc.err"));
+  for (const nlohmann::json& r : restarts) {
+    EXPECT_EQ(r["recovery"], "in-process") << r.dump();
+    EXPECT_EQ(r["steps_lost"].get<int64_t>(), 0) << r.dump();
+  }
+}
+
+TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {
+  const std::string expected = baseline_weights(dir_);
+  const pid_t launcher = spawn_launch("--rdzv-id pre", workload("pre"), dir_.path(), "pre");
+  ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/pre/checkpoints"), 100, 240s));
+  ::kill(launcher, SIGTERM);
+  EXPECT_EQ(wait_exit(launcher, 60s), 128 + SIGTERM);
+  const std::string err = read_text(dir_.file("pre.err"));
+  EXPECT_NE(err.find("every worker stopped cleanly"), std::string::npos) << err;
+  const std::vector<nlohmann::json> stopped = events(dir_.file("runs/pre/metrics.jsonl"), "stopped");
+  ASSERT_EQ(stopped.size(), 1u) << err;
+  const int64_t stop_step = stopped[0]["step"].get<int64_t>();
+  EXPECT_EQ(newest_checkpoint(dir_.file("runs/pre/checkpoints")), stop_step) << "the stop step was saved";
+  EXPECT_FALSE(fs::exists(dir_.file("runs/pre/model.safetensors")));
+
+  const pid_t again = spawn_launch("--rdzv-id pre", workload("pre", "--resume auto"), dir_.path(), "pre2");
+  ASSERT_EQ(wait_exit(again, 300s), 0) << read_text(dir_.file("pre2.err"));
+  EXPECT_TRUE(read_text(dir_.file("runs/pre/model.safetensors")) == expected);
+  const std::vector<nlohmann::json> resumed = events(dir_.file("runs/pre/metrics.jsonl"), "resume");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0]["step"].get<int64_t>(), stop_step);
+}
+
+TEST_F(TrainingFaults, StoppedWorkerIsNamedAndTheJobRecovers) {
+  const pid_t launcher = spawn_launch("--max-restarts 1 --heartbeat-timeout 3 --rdzv-id hang", workload("hang"),
+                                      dir_.path(), "hang");
+  ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/hang/checkpoints"), 50, 240s));
+  pid_t stopped = -1;
+  for (pid_t p : children_of(launcher))
+    if (rank_of(p) == 1) stopped = p;
+  ASSERT_GT(stopped, 0);
+  ::kill(stopped, SIGSTOP);
+  ASSERT_EQ(wait_exit(launcher, 300s), 0) << read_text(dir_.file("hang.err"));
+  const std::string err = read_text(dir_.file("hang.err"));
+  EXPECT_NE(err.find("rank 1 (pid " + std::to_string(stopped) + ") made no progress"), std::string::npos) << err;
+  EXPECT_EQ(events(dir_.file("runs/hang/metrics.jsonl"), "restart").size(), 1u);
+}
+
+TEST_F(TrainingFaults, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  CommandResult first = run_gradmesh("train " + workload("corrupt", "--set train.max_steps=100"), dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string newest = dir_.file("runs/corrupt/checkpoints/step-100/model.safetensors");
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(1000);
+    byte = static_cast<char>(byte ^ 0x10);
+    f.write(&byte, 1);
+  }
+  CommandResult again = run_gradmesh("train " + workload("corrupt", "--set train.max_steps=150 --resume auto"),
+                                     dir_.path());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("step-100"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("resuming from"), std::string::npos) << again.err;
+  const std::vector<nlohmann::json> resumed = events(dir_.file("runs/corrupt/metrics.jsonl"), "resume");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0]["step"].get<int64_t>(), 50);
+}
+
+TEST_F(TrainingFaults, FullDiskLosesCheckpointsButNotTraining) {
+  // Files may grow to 256 KiB: the metrics fit, a 7 MB checkpoint does not (EFBIG, not a crash).
+  CommandResult r = run_shell("trap '' XFSZ && ulimit -f 256 && '" GRADMESH_BINARY "' train " +
+                                  workload("full", "--set train.max_steps=120 --set output.save_weights=false"),
+                              dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<nlohmann::json> summary = events(dir_.file("runs/full/metrics.jsonl"), "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["steps"].get<int64_t>(), 120);
+  EXPECT_EQ(summary[0]["checkpoints_failed"].get<int64_t>(), 2);
+  EXPECT_EQ(newest_checkpoint(dir_.file("runs/full/checkpoints")), -1);
+  for (const auto& entry : fs::directory_iterator(dir_.file("runs/full/checkpoints")))
+    ADD_FAILURE() << "left behind: " << entry.path();
+}
+
+TEST_F(TrainingFaults, ResumeAtTwoWorkersFromOneAndBack) {
+  CommandResult one = run_gradmesh("train " + workload("grow", "--set train.max_steps=100"), dir_.path());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const pid_t two = spawn_launch("--rdzv-id grow", workload("grow", "--set train.max_steps=200 --resume auto"),
+                                 dir_.path(), "grow");
+  ASSERT_EQ(wait_exit(two, 300s), 0) << read_text(dir_.file("grow.err"));
+  CommandResult back = run_gradmesh("train " + workload("grow", "--resume auto"), dir_.path());
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  const std::vector<nlohmann::json> resumed = events(dir_.file("runs/grow/metrics.jsonl"), "resume");
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed[0]["step"].get<int64_t>(), 100);
+  EXPECT_EQ(resumed[0]["checkpoint_world_size"].get<int>(), 1);
+  EXPECT_EQ(resumed[0]["world_size"].get<int>(), 2);
+  EXPECT_EQ(resumed[1]["step"].get<int64_t>(), 200);
+  EXPECT_EQ(resumed[1]["checkpoint_world_size"].get<int>(), 2);
+  EXPECT_EQ(resumed[1]["world_size"].get<int>(), 1);
+  const std::vector<nlohmann::json> summary = events(dir_.file("runs/grow/metrics.jsonl"), "summary");
+  ASSERT_FALSE(summary.empty());
+  EXPECT_EQ(summary.back()["steps"].get<int64_t>(), 300);  // 38400 / 128: the epoch, each batch once
+}
+
+}  // namespace
+}  // namespace gradmesh::testing
