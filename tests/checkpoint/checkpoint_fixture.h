@@ -6,12 +6,20 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/snapshot.h"
 #include "gradmesh/checkpoint/trainer_state.h"
+
+namespace gradmesh::checkpoint {
+
+// gtest prints a mismatching TrainerState as its JSON rather than raw bytes.
+inline void PrintTo(const TrainerState& state, std::ostream* out) { *out << trainer_state_json(state); }
+
+}  // namespace gradmesh::checkpoint
 
 namespace gradmesh::checkpoint::testing {
 
