@@ -1,5 +1,6 @@
 // describe_checkpoint (declared in checkpoint_reader.h): the listing behind
 // `gradmesh inspect <checkpoint directory>`.
+#include <algorithm>
 #include <ctime>
 
 #include "gradmesh/checkpoint/checkpoint_io.h"
@@ -24,19 +25,26 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 std::string describe_files(const std::string& dir, const Manifest& manifest, bool* all_verified) {
-  size_t width = 0;
-  for (const ManifestFile& file : manifest.files) width = std::max(width, file.path.size());
+  size_t width = 0, bytes_width = 0;
+  for (const ManifestFile& file : manifest.files) {
+    width = std::max(width, file.path.size());
+    bytes_width = std::max(bytes_width, std::to_string(file.bytes).size());
+  }
   std::string out = "files:\n";
   for (const ManifestFile& file : manifest.files) {
     const FileCheck check = check_file(dir, file);
     if (!check.ok) *all_verified = false;
+    const std::string bytes = std::to_string(file.bytes);
     std::string line = "  " + file.path + std::string(width - file.path.size(), ' ') + "  " +
-                       std::to_string(file.bytes) + " bytes  rank " + std::to_string(file.rank);
+                       std::string(bytes_width - bytes.size(), ' ') + bytes + " bytes  rank " + std::to_string(file.rank);
     if (file.shard) {
       line += "  shard " + std::to_string(file.shard->index) + "/" + std::to_string(file.shard->count) + " of " +
               file.shard->of;
     }
-    line += check.ok ? "  checksum ok" : "  CHECKSUM MISMATCH: " + check.detail;
+    std::string detail = check.detail;
+    const std::string kRepeated = "checksum mismatch: ";
+    if (detail.rfind(kRepeated, 0) == 0) detail.erase(0, kRepeated.size());
+    line += check.ok ? "  checksum ok" : "  CHECKSUM MISMATCH: " + detail;
     out += line + "\n";
   }
   return out;
