@@ -171,6 +171,10 @@ SaveResult CheckpointWriter::save(const Snapshot& snapshot) {
     result.ok = true;
   } catch (const std::exception& e) {
     result.error = e.what();
+  } catch (...) {
+    result.error = "unknown exception while saving";
+  }
+  if (!result.ok) {
     std::error_code ignored;
     std::filesystem::remove_all(tmp, ignored);  // the one thing a failed save may leave
   }
