@@ -387,14 +387,14 @@ std::string build_header(const std::string& path, const std::vector<StoredTensor
 
 // Rounds float32 to bf16 in chunks so saving a large model in bf16 needs no
 // second full-size copy.
-void write_as_bf16(std::FILE* out, const Tensor& tensor) {
+void write_as_bf16(const ByteSink& sink, const Tensor& tensor) {
   constexpr int64_t kChunk = 16384;
   std::vector<uint16_t> chunk(static_cast<size_t>(std::min(tensor.numel(), kChunk)));
   const float* src = tensor.data();
   for (int64_t start = 0; start < tensor.numel(); start += kChunk) {
     const int64_t count = std::min(kChunk, tensor.numel() - start);
     for (int64_t i = 0; i < count; ++i) chunk[static_cast<size_t>(i)] = float_to_bf16(src[start + i]);
-    write_bytes(out, chunk.data(), static_cast<size_t>(count) * sizeof(uint16_t));
+    sink(chunk.data(), static_cast<size_t>(count) * sizeof(uint16_t));
   }
 }
 
@@ -440,23 +440,32 @@ const Tensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, DType store_dtype) {
+void encode_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata, DType store_dtype, const ByteSink& sink) {
   const std::vector<StoredTensor> stored = plan_stored(path, tensors, store_dtype);
   const std::string header = build_header(path, stored, metadata);
-  write_file_atomically(path, [&](std::FILE* out) {
-    uint8_t prefix[kLengthPrefixBytes];
-    store_u64_le(header.size(), prefix);
-    write_bytes(out, prefix, sizeof prefix);
-    write_bytes(out, header.data(), header.size());
-    for (const StoredTensor& tensor : stored) {
-      const Tensor& source = tensor.source->tensor;
-      if (tensor.dtype == source.dtype()) {
-        write_bytes(out, source.raw(), source.nbytes());
-      } else {
-        write_as_bf16(out, source);
-      }
+  uint8_t prefix[kLengthPrefixBytes];
+  store_u64_le(header.size(), prefix);
+  sink(prefix, sizeof prefix);
+  sink(header.data(), header.size());
+  for (const StoredTensor& tensor : stored) {
+    const Tensor& source = tensor.source->tensor;
+    if (tensor.dtype == source.dtype()) {
+      if (source.nbytes() > 0) sink(source.raw(), source.nbytes());
+    } else {
+      write_as_bf16(sink, source);
     }
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, DType store_dtype) {
+  // Encoding validates the tensors before the temporary file exists, and the
+  // header is built before the first byte is written.
+  plan_stored(path, tensors, store_dtype);
+  write_file_atomically(path, [&](std::FILE* out) {
+    encode_safetensors(path, tensors, metadata, store_dtype,
+                       [out](const void* data, size_t size) { write_bytes(out, data, size); });
   });
 }
 

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,6 +61,16 @@ struct SafetensorsFile {
 // I/O failures throw Error(kIo) naming `path`.
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {}, DType store_dtype = DType::kF32);
+
+// Receives a file's bytes in order, in pieces of any size.
+using ByteSink = std::function<void(const void* data, size_t size)>;
+
+// Produces exactly the bytes write_safetensors writes, through `sink`, for
+// writers that hash or place the file themselves (the checkpoint commit).
+// Same REQUIRES as write_safetensors, checked before the first byte reaches
+// `sink`; `path` only names the file in those errors.
+void encode_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata, DType store_dtype, const ByteSink& sink);
 
 // Reads and validates a whole file; tensors keep their stored dtype (F32 or
 // BF16). A missing or unreadable file is Error(kIo); any malformed content is

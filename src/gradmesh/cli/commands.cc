@@ -5,6 +5,7 @@
 
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
+#include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
@@ -105,8 +106,24 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
 }
 
 int run_inspect(const std::string& path) {
-  std::fputs(checkpoint::describe_safetensors(checkpoint::read_safetensors(path)).c_str(), stdout);
-  return 0;
+  if (!std::filesystem::is_directory(path)) {
+    std::fputs(checkpoint::describe_safetensors(checkpoint::read_safetensors(path)).c_str(), stdout);
+    return 0;
+  }
+  // A checkpoints or run directory shows its newest checkpoint, verified or
+  // not: a corrupt newest checkpoint is exactly what inspect should expose.
+  std::string step_dir = path;
+  if (!checkpoint::is_step_directory(path)) {
+    const std::string dir = std::filesystem::is_directory(path + "/checkpoints") ? path + "/checkpoints" : path;
+    const std::vector<std::string> found = checkpoint::list_checkpoints(dir);
+    if (found.empty()) throw_error(ErrorKind::kIo, path, "holds no checkpoint (no step-<N> directory in '" + dir + "')");
+    step_dir = found.front();
+    std::printf("newest of %zu checkpoint(s) in %s\n", found.size(), dir.c_str());
+  }
+  bool all_verified = false;
+  std::fputs(checkpoint::describe_checkpoint(step_dir, &all_verified).c_str(), stdout);
+  if (!all_verified) std::fprintf(stderr, "gradmesh inspect: %s does not verify against its manifest\n", step_dir.c_str());
+  return all_verified ? 0 : 1;
 }
 
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {

@@ -47,8 +47,12 @@ int main(int argc, char** argv) {
   eval->add_option("--weights", weights, "A safetensors file, e.g. runs/<id>/model.safetensors")->required();
   eval->add_option("--set", overrides, "Override a config key (repeatable)")->type_name("KEY=VALUE");
 
-  CLI::App* inspect = app.add_subcommand("inspect", "List the tensors and metadata of a safetensors file");
-  inspect->add_option("file", inspect_path, "A .safetensors file")->required();
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "List a safetensors file, or a checkpoint with its files verified (exit 1 if a checksum fails)");
+  inspect->add_option("path", inspect_path,
+                      "A .safetensors file, a checkpoint's step-<N> directory, or a checkpoints or run directory "
+                      "(shows its newest checkpoint)")
+      ->required();
 
   CLI::App* bench = app.add_subcommand("bench", "Measure this machine");
   bench->require_subcommand(1);

@@ -27,6 +27,7 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks: a number from 0.001 to 604800 (7 days), fractions allowed (0.5). Also the default of `gradmesh launch --join-timeout`."},
       {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
       {"GRADMESH_HOSTNAME", "", "Address TCP backends listen on and other hosts reach this one at. Empty: MASTER_ADDR if it is an address of this host, else this host's address on the route to MASTER_ADDR, else the host name."},
+      {"GRADMESH_CHECKPOINT_PAUSE", "", "Test knob: <point>:<seconds> makes every checkpoint save sleep right after that step of the commit protocol (files, manifest, rename or latest; seconds from 0 to 3600), so a test can kill the process there. Empty: no pause."},
   };
   return vars;
 }
