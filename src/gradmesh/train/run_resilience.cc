@@ -1,6 +1,10 @@
 #include "gradmesh/train/run_resilience.h"
 
 #include <chrono>
+#include <cmath>
+
+#include "gradmesh/core/env.h"
+#include "gradmesh/core/parse_number.h"
 
 #include "gradmesh/core/log.h"
 #include "gradmesh/obs/json_object.h"
@@ -26,7 +30,6 @@ RunResilience::RunResilience(const Config& config, const RunOptions& options) : 
   launched_ = true;
   generation_ = env_.generation;
   store_ = comm::open_store(env_.store_endpoint);
-  heartbeat_ = elastic::HeartbeatPublisher::from_environment(store_);
   if (config_.elastic.recovery == "in-process" && env_.world_size > 1) {
     comm::ProcessGroupOptions group_options;
     group_options.backend = config_.parallel.backend;
@@ -37,17 +40,22 @@ RunResilience::RunResilience(const Config& config, const RunOptions& options) : 
 
 RunResilience::~RunResilience() = default;
 
+std::unique_ptr<elastic::HeartbeatPublisher> RunResilience::publisher() const {
+  const std::string interval = env_string("GRADMESH_HEARTBEAT_INTERVAL");
+  const double seconds = interval.empty() ? 1.0 : parse_double(interval, "environment variable GRADMESH_HEARTBEAT_INTERVAL", 0.01, 3600);
+  return std::make_unique<elastic::HeartbeatPublisher>(store_, run_id_of(env_), generation_, env_.rank,
+                                                       std::chrono::milliseconds(std::llround(seconds * 1000)));
+}
+
 bool RunResilience::can_recover(const Error& failure) const {
   return recovery_ && (failure.kind() == ErrorKind::kComm || failure.kind() == ErrorKind::kTimeout);
 }
 
 std::shared_ptr<comm::ProcessGroup> RunResilience::rejoin() {
   GRADMESH_CHECK(recovery_ != nullptr, "in-process recovery is not enabled");
-  heartbeat_.reset();  // the keys of the failed generation; the new one starts below
+  heartbeat_.reset();  // the failed generation's key; the next step publishes under the new one
   std::shared_ptr<comm::ProcessGroup> group = recovery_->rejoin();
   generation_ = recovery_->generation();
-  if (launched_) heartbeat_ = std::make_unique<elastic::HeartbeatPublisher>(
-                     store_, run_id_of(env_), generation_, env_.rank, std::chrono::milliseconds(1000));
   return group;
 }
 
@@ -73,6 +81,10 @@ void RunResilience::started(comm::ProcessGroup* world, int64_t step, obs::JsonlW
 }
 
 void RunResilience::stepped(int64_t step) {
+  // The first beat comes with the first step: loading data and meeting the
+  // other ranks take as long as they take (collective timeouts bound them),
+  // while the launcher judges silence only after a worker's first beat.
+  if (!heartbeat_ && launched_) heartbeat_ = publisher();
   if (heartbeat_) heartbeat_->set_step(step);
   if (!pending_ || metrics_ == nullptr) return;
   const elastic::RestartRecord r = *pending_;

@@ -45,6 +45,9 @@ class RunResilience {
   void touch();
 
  private:
+  // A publisher under the current generation (which changes with in-process recovery).
+  std::unique_ptr<elastic::HeartbeatPublisher> publisher() const;
+
   const Config& config_;
   bool launched_ = false;
   comm::WorkerEnvironment env_;

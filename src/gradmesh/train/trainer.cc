@@ -147,9 +147,10 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
                          RunOptions options)
     : config_(config), tc_(config.train), options_(std::move(options)), group_(std::move(group)), world_(group_.get()),
       rank_(world_ ? world_->rank() : 0), world_size_(world_ ? world_->size() : 1), leader_(rank_ == 0),
+      resilience_(config, options_),
       progress_(leader_ ? obs::progress_mode_from_env(progress_stream) : obs::ProgressMode::kOff, progress_stream,
                 tc_.log_every),
-      detector_(config.parallel.slow_rank_factor, 3), resilience_(config, options_) {
+      detector_(config.parallel.slow_rank_factor, 3) {
   kernels::set_num_threads(static_cast<int>(tc_.threads));
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, world_);
