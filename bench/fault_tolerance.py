@@ -8,8 +8,8 @@
    checkpoint_stall_seconds / saves); also the size of one checkpoint and the
    background write bandwidth (bytes / write seconds).
 2. Recovery: 2 local workers under `gradmesh launch --max-restarts 3`, a
-   worker SIGKILLed after the checkpoints of steps 50, 150 and 250 appear
-   (checkpoint every 50), once restarting every worker from disk
+   worker SIGKILLed at a random moment within 0.8 s (~40 steps) after the
+   checkpoints of steps 50, 150 and 250 appear (checkpoint every 50), once restarting every worker from disk
    (elastic.recovery = "restart") and once recovering in process. From the
    run's "restart" events: seconds from the failure (as the launcher saw it)
    to the first step trained again, and steps lost per failure. Both runs are
@@ -87,14 +87,16 @@ def chaos_run(tmp, run_id, recovery, kills, seed):
            "--set", "output.trace_steps=0", "--set", "checkpoint.every_steps=50", "--set", "checkpoint.keep_last=0",
            "--set", f"elastic.recovery={recovery}"]
     log = open(os.path.join(tmp, run_id + ".log"), "w")
-    launcher = subprocess.Popen(cmd, env=dict(os.environ, GRADMESH_PROGRESS="off"), stdout=log, stderr=log)
+    # Heartbeats every 0.1 s: steps_lost counts the steps the heartbeats reported before the kill.
+    env = dict(os.environ, GRADMESH_PROGRESS="off", GRADMESH_HEARTBEAT_INTERVAL="0.1")
+    launcher = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
     rng = random.Random(seed)
     checkpoints = os.path.join(tmp, run_id, "checkpoints")
     for step in kills:
         deadline = time.time() + 300
         while newest_step(checkpoints) < step and time.time() < deadline:
             time.sleep(0.005)
-        time.sleep(rng.random() * 0.04)
+        time.sleep(rng.random() * 0.8)  # a random step before the next checkpoint (~50 steps/s)
         workers = workers_of(launcher.pid)
         if workers:
             os.kill(rng.choice(workers), signal.SIGKILL)

@@ -33,7 +33,8 @@ std::string workload(const std::string& run_id, const std::string& extra = "") {
 // `gradmesh launch` of the workload on 2 local workers, in the background.
 pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
                    const std::string& log_name) {
-  const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines '" GRADMESH_BINARY
+  // Heartbeats every 0.1 s, so the restart events count the steps lost closely.
+  const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines GRADMESH_HEARTBEAT_INTERVAL=0.1 '" GRADMESH_BINARY
                           "' launch --nproc-per-node 2 " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
                           " > " + log_name + ".out 2> " + log_name + ".err";
   const pid_t pid = ::fork();
@@ -129,7 +130,7 @@ void kill_workers_at(pid_t launcher, const std::string& checkpoints, const std::
   std::mt19937 rng(seed);
   for (int64_t step : after_steps) {
     ASSERT_TRUE(wait_for_checkpoint(checkpoints, step, 240s)) << "no checkpoint of step " << step;
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 40));
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));  // a random step before the next checkpoint
     std::vector<pid_t> workers = children_of(launcher);
     ASSERT_FALSE(workers.empty());
     const pid_t victim = workers[rng() % workers.size()];
