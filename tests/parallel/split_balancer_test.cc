@@ -66,6 +66,37 @@ TEST(SplitBalancer, NoiseInsideTheDeadBandChangesNothing) {
   }
 }
 
+// Rank 1 capped at half a core (a CPU quota, a busy neighbour): slow only
+// while it has more work than half the step's wall time. Below that it
+// measures as fast as rank 0, so the target flips between 2:1 and 1:1 around
+// the balance point; with measurement noise a fixed step keeps oscillating.
+// Returns the mean step time of the last `tail` of `intervals` observations,
+// relative to the best possible (the 2:1 split); each measured time is off by
+// up to +-noise_amp (deterministic pseudo-random).
+double quota_step_time(SplitBalancer& balancer, int intervals, int tail, double noise_amp) {
+  CounterRng noise(11, RngPurpose::kShuffle, 0);
+  constexpr double kSpeed = 100, kBatch = 640;
+  double sum = 0;
+  for (int i = 0; i < intervals; ++i) {
+    const std::vector<int64_t>& s = balancer.shares();
+    const double n0 = kBatch * static_cast<double>(s[0]) / 1e6, n1 = kBatch * static_cast<double>(s[1]) / 1e6;
+    const double t0 = n0 / kSpeed, t1 = n1 / kSpeed * (n1 > n0 / 2 ? 2.0 : 1.0);
+    if (i >= intervals - tail) sum += std::max(t0, t1) / (kBatch * 2 / 3 / kSpeed);
+    auto jitter = [&](uint64_t k) { return 1 - noise_amp + 2 * noise_amp * static_cast<double>(noise.below(k, 1000)) / 1000; };
+    balancer.observe({window(static_cast<int64_t>(n0 * 10), t0 * 10 * jitter(2 * i)),
+                      window(static_cast<int64_t>(n1 * 10), t1 * 10 * jitter(2 * i + 1))});
+  }
+  return sum / tail;
+}
+
+TEST(SplitBalancer, SettlesOnAQuotaLimitedRankInsteadOfOscillating) {
+  SplitBalancer adaptive(2), fixed(2, {.step = 0.5, .min_step = 0.5});
+  const double adaptive_time = quota_step_time(adaptive, 60, 40, 0.3);
+  EXPECT_LT(adaptive_time, 1.07);  // measured 1.04 of the best split; a fixed step 1.10
+  EXPECT_GT(quota_step_time(fixed, 60, 40, 0.3), adaptive_time);
+  EXPECT_NEAR(static_cast<double>(adaptive.shares()[1]) / 1e6, 1.0 / 3, 0.06);
+}
+
 TEST(SplitBalancer, WaitingForCommunicationIsNotSlowness) {
   std::vector<PhaseTimes> ranks = measured(equal_shares(2), {100, 100});
   ranks[1][Phase::kComm] = 100.0;  // rank 1 waited a lot: it is the fast one
@@ -73,7 +104,7 @@ TEST(SplitBalancer, WaitingForCommunicationIsNotSlowness) {
 }
 
 TEST(SplitBalancer, AVerySlowRankKeepsTheMinimumShare) {
-  const SplitBalancerOptions options{1.0, 0.05, 0.1};  // jump straight to the target, floor 10% of equal
+  const SplitBalancerOptions options{.step = 1.0, .min_share = 0.1};  // jump straight to the target, floor 10% of equal
   const std::vector<int64_t> s = rebalanced_shares(measured(equal_shares(2), {1000, 1}), equal_shares(2), options);
   EXPECT_EQ(s, (std::vector<int64_t>{950000, 50000}));
 }
@@ -81,7 +112,7 @@ TEST(SplitBalancer, AVerySlowRankKeepsTheMinimumShare) {
 TEST(SplitBalancer, ARankWithoutSamplesKeepsItsShare) {
   std::vector<PhaseTimes> ranks = measured({400000, 400000, 200000}, {100, 300, 1});
   ranks[2].samples = 0;  // e.g. a batch smaller than the world: nothing measured
-  const std::vector<int64_t> s = rebalanced_shares(ranks, {400000, 400000, 200000}, {1.0, 0.05, 0.05});
+  const std::vector<int64_t> s = rebalanced_shares(ranks, {400000, 400000, 200000}, {.step = 1.0});
   // Ranks 0 and 1 divide their 800000 in proportion 1:3.
   EXPECT_EQ(s, (std::vector<int64_t>{200000, 600000, 200000}));
 }
@@ -98,7 +129,8 @@ TEST(SplitBalancer, SameInputsGiveTheSameSharesOnEveryRank) {
 TEST(SplitBalancer, MismatchedInputsAreAnInternalError) {
   EXPECT_THROW(rebalanced_shares(measured(equal_shares(2), {1, 1}), equal_shares(3), {}), Error);
   EXPECT_THROW(rebalanced_shares({}, {}, {}), Error);
-  EXPECT_THROW(rebalanced_shares(measured({1, 1}, {1, 1}), {1, 1}, {0.0, 0.05, 0.05}), Error);
+  EXPECT_THROW(rebalanced_shares(measured({1, 1}, {1, 1}), {1, 1}, {.step = 0.0}), Error);
+  EXPECT_THROW(SplitBalancer(2, {.step = 0.5, .min_step = 0.0}), Error);
 }
 
 }  // namespace

@@ -86,10 +86,30 @@ std::vector<int64_t> rebalanced_shares(const std::vector<PhaseTimes>& ranks, con
 }
 
 SplitBalancer::SplitBalancer(int world, SplitBalancerOptions options)
-    : options_(options), shares_(equal_shares(world)) {}
+    : options_(options), shares_(equal_shares(world)), step_(options.step),
+      last_move_(static_cast<size_t>(world), 0) {
+  GRADMESH_CHECK(options.min_step > 0 && options.min_step <= options.step, "split balancer: min_step out of range");
+}
 
 std::optional<std::vector<int64_t>> SplitBalancer::observe(const std::vector<PhaseTimes>& ranks) {
-  std::vector<int64_t> next = rebalanced_shares(ranks, shares_, options_);
+  SplitBalancerOptions now = options_;
+  now.step = step_;
+  std::vector<int64_t> next = rebalanced_shares(ranks, shares_, now);
+  if (next == shares_) return std::nullopt;
+  bool reverses = false;
+  for (size_t r = 0; r < shares_.size(); ++r) {
+    const int move = next[r] > shares_[r] ? 1 : next[r] < shares_[r] ? -1 : 0;
+    if (move != 0 && last_move_[r] != 0 && move != last_move_[r]) reverses = true;
+  }
+  if (reverses) {
+    step_ = std::max(step_ / 2, options_.min_step);
+    now.step = step_;
+    next = rebalanced_shares(ranks, shares_, now);
+  } else {
+    step_ = std::min(step_ * 2, options_.step);  // for the next move
+  }
+  for (size_t r = 0; r < shares_.size(); ++r)
+    if (next[r] != shares_[r]) last_move_[r] = next[r] > shares_[r] ? 1 : -1;
   if (next == shares_) return std::nullopt;
   shares_ = std::move(next);
   return shares_;

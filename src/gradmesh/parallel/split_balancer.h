@@ -29,8 +29,11 @@ inline constexpr int64_t kShareTotal = 1'000'000;
 struct SplitBalancerOptions {
   // Fraction of the way from the current shares to the measured target moved
   // per observation: damps noise and the effect of the change on the next
-  // measurement.
+  // measurement. SplitBalancer halves it (down to min_step) whenever a move
+  // reverses the previous one and doubles it back (up to step) while moves
+  // keep their direction; see SplitBalancer.
   double step = 0.5;
+  double min_step = 1.0 / 16;
   // No change unless some rank's target differs from its current share by
   // more than this fraction of the equal share (noise must not churn the split).
   double dead_band = 0.05;
@@ -49,6 +52,7 @@ std::vector<int64_t> equal_shares(int world);
 // Returns `current` itself when no rank is outside the dead band. A rank that
 // computed no samples (or no time) has no throughput to measure: it keeps its
 // share and the others divide the rest. The sum of the shares is kept.
+// Moves options.step of the way to the target.
 // REQUIRES: ranks.size() == current.size() >= 1, current >= 0 with a sum in
 // (0, kShareTotal], options.step in (0, 1], dead_band in [0, 1), min_share in
 // [0, 1] (kInternal otherwise).
@@ -56,6 +60,16 @@ std::vector<int64_t> rebalanced_shares(const std::vector<PhaseTimes>& ranks, con
                                        const SplitBalancerOptions& options);
 
 // The current shares of a job and their update at each log interval.
+//
+// Why the adaptive step: a rank slowed by a CPU quota or a busy neighbour
+// (cgroup cpu.max, another job on its cores) is slow only while it is
+// saturated. Given slightly less than it can handle it finishes early, runs at
+// full speed and measures as fast as the others, so the measured target jumps
+// back to an even split; a fixed step then oscillates around the right split
+// and loses a good part of the gain. Halving the step at each reversal makes
+// the moves shrink onto the balance point (within the dead band), and doubling
+// it while moves keep their direction keeps the response quick when the
+// speeds really change.
 class SplitBalancer {
  public:
   explicit SplitBalancer(int world, SplitBalancerOptions options = {});
@@ -66,6 +80,8 @@ class SplitBalancer {
  private:
   SplitBalancerOptions options_;
   std::vector<int64_t> shares_;
+  double step_;                   // the adaptive step, in [options_.min_step, options_.step]
+  std::vector<int> last_move_;    // per rank: -1, +1, or 0 before its first move
 };
 
 }  // namespace gradmesh::parallel
