@@ -1,7 +1,7 @@
 // A flat JSON object built field by field, for metrics lines and trace event
-// arguments (numbers, strings, booleans and arrays of numbers). The fields are kept as plain values here and rendered by
-// nlohmann-json in json_object.cc, so this header stays light and no caller
-// ever assembles JSON text by hand.
+// arguments: numbers, strings, booleans and arrays of numbers. The fields are
+// kept as plain values here and rendered by nlohmann-json in json_object.cc,
+// so this header stays light and no caller ever assembles JSON text by hand.
 //
 // Rendering rules (the same for every JSON file gradmesh writes):
 // - non-finite doubles (NaN, +-inf) become null: JSON has no such numbers,
