@@ -14,14 +14,18 @@ throttled "none", throttled "rebalance". Reports the median samples/s of each
 (from the run's summary line in metrics.jsonl), the ratio throttled-rebalance
 / throttled-none (target >= 1.3x) and the last shares the balancer chose.
 
-usage: bench/straggler.py [--runs N] [--steps N] [--log-every N]
+usage: bench/straggler.py [--runs N] [--steps N] [--log-every N] [--throttle auto|sigstop]
+
+A CPU quota slows a rank only while it is saturated (given less work it runs
+at full speed), while the duty cycle stops it half of the wall time whatever
+its load, like a machine half as fast: --throttle sigstop measures that case.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADMESH = os.path.join(ROOT, "build", "gradmesh")
 TARGET = 1.3  # throttled rebalance / throttled none
-QUOTA_US, PERIOD_US = 50000, 100000
+QUOTA_US, PERIOD_US = 50000, 100000  # half a core; --period-us scales both
 
 
 def find_rank_pid(tag, rank, timeout_s=30.0):
@@ -59,20 +63,21 @@ def cgroup_dirs():
 class Throttle:
     """Caps one process at half a core: cgroup v2, else cgroup v1, else a SIGSTOP/SIGCONT duty cycle."""
 
-    def __init__(self):
+    def __init__(self, method="auto", period_us=PERIOD_US):
         self.method, self.dir = None, None
-        for kind, base in cgroup_dirs():
+        self.period_us, self.quota_us = period_us, period_us // 2
+        for kind, base in cgroup_dirs() if method == "auto" else []:
             path = os.path.join(base, f"gradmesh-straggler-{os.getpid()}")
             try:
                 os.makedirs(path, exist_ok=True)
                 if kind == "v2":
                     with open(os.path.join(path, "cpu.max"), "w") as f:
-                        f.write(f"{QUOTA_US} {PERIOD_US}")
+                        f.write(f"{self.quota_us} {self.period_us}")
                 else:
                     with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-                        f.write(str(PERIOD_US))
+                        f.write(str(self.period_us))
                     with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-                        f.write(str(QUOTA_US))
+                        f.write(str(self.quota_us))
                 self.method, self.dir = kind, path
                 break
             except OSError:
@@ -85,9 +90,9 @@ class Throttle:
 
     def describe(self):
         if self.method == "v2":
-            return f'cgroup v2 cpu.max = "{QUOTA_US} {PERIOD_US}" (half a core)'
+            return f'cgroup v2 cpu.max = "{self.quota_us} {self.period_us}" (half a core)'
         if self.method == "v1":
-            return f"cgroup v1 cpu.cfs_quota_us = {QUOTA_US} per {PERIOD_US} us (half a core)"
+            return f"cgroup v1 cpu.cfs_quota_us = {self.quota_us} per cpu.cfs_period_us = {self.period_us} (half a core)"
         return "SIGSTOP/SIGCONT duty cycle, 20 ms stopped / 20 ms running"
 
     def apply(self, pid, stop_event):
@@ -129,7 +134,8 @@ def run_once(args, throttle, straggler):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [GRADMESH, "train", os.path.join(ROOT, "examples", "cnn.toml"), "--nproc-per-node", "2",
                "--set", "train.threads=1", "--set", "parallel.backend=shm", "--set", f"parallel.straggler={straggler}",
-               "--set", f"train.max_steps={args.steps}", "--set", f"train.log_every={args.log_every}",
+               "--set", f"train.max_steps={args.steps}", "--set", f"train.epochs={-(-args.steps // 468)}",
+               "--set", f"train.log_every={args.log_every}",
                "--set", "train.eval_every_epoch=false", "--set", f"output.dir={tmp}",
                "--set", "output.save_weights=false", "--set", "output.report=false", "--set", "output.trace_steps=0"]
         env = dict(os.environ, GRADMESH_PROGRESS="off", GRADMESH_BENCH_TAG=tag)
@@ -154,10 +160,15 @@ def run_once(args, throttle, straggler):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--steps", type=int, default=468, help="train.max_steps (468 = one epoch)")
+    p.add_argument("--steps", type=int, default=468, help="train.max_steps (468 = one epoch; more run more epochs)")
     p.add_argument("--log-every", type=int, default=20, help="train.log_every: how often the balancer looks")
+    p.add_argument("--throttle", choices=("auto", "sigstop"), default="auto",
+                   help="auto: a cgroup CPU quota where writable, else the duty cycle")
+    p.add_argument("--period-us", type=int, default=PERIOD_US,
+                   help="CPU quota period (quota = half of it): a period shorter than a step (~15 ms here) "
+                        "approximates a half-speed core, a longer one alternates full speed and stopped")
     a = p.parse_args()
-    throttle = Throttle()
+    throttle = Throttle(a.throttle, a.period_us)
     rows = {"none": [], "throttled none": [], "throttled rebalance": []}
     try:
         for _ in range(a.runs):
