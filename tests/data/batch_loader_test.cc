@@ -24,15 +24,18 @@ BatchLoaderOptions make_options(int64_t global_batch, int rank, int world, int p
   return o;
 }
 
-// Checks `b` against the batch plan computed directly from sample_order.h.
-void expect_batch(const ImageDataset& ds, const BatchLoaderOptions& o, int64_t epoch, int64_t step, const Batch& b) {
+// Checks `b` against the batch plan computed directly from sample_order.h
+// (cut by `shares` when given, else evenly).
+void expect_batch(const ImageDataset& ds, const BatchLoaderOptions& o, int64_t epoch, int64_t step, const Batch& b,
+                  const std::vector<int64_t>* shares = nullptr) {
   const auto order = epoch_order(ds.count, o.seed, epoch, o.shuffle);
   const auto [begin, end] = batch_range(step, ds.count, o.global_batch);
-  const auto [lo, hi] = rank_slice(end - begin, o.rank, o.world);
+  const auto [lo, hi] = shares ? rank_slice_weighted(end - begin, o.rank, *shares) : rank_slice(end - begin, o.rank, o.world);
   const int64_t n = hi - lo, numel = ds.sample_numel();
   EXPECT_EQ(b.epoch, epoch);
   EXPECT_EQ(b.step_in_epoch, step);
   EXPECT_EQ(b.global_batch_len, end - begin);
+  EXPECT_EQ(b.offset_in_batch, lo);
   ASSERT_EQ(b.images.shape(), (Shape{n, ds.channels, ds.height, ds.width}));
   ASSERT_EQ(b.labels.size(), static_cast<size_t>(n));
   ASSERT_EQ(b.sample_indices.size(), static_cast<size_t>(n));
@@ -214,6 +217,88 @@ TEST(BatchLoader, AugmentRunsOnEveryBatch) {
     ++steps;
   }
   EXPECT_EQ(steps, 4);
+}
+
+// Straggler rebalancing changes the split mid-epoch: all ranks make the same
+// set_split calls at the same step, possibly with batches already queued. The
+// ranks together must still cover every sample of the epoch exactly once, the
+// slices of each step must concatenate to the global batch, and each step must
+// be cut by the split in force at its global step.
+TEST(BatchLoader, ChangingTheSplitKeepsEveryGlobalBatch) {
+  const ImageDataset ds = synthetic_image_dataset(61, 1, 2, 2, 3, 11);
+  constexpr int kWorld = 3;
+  const std::vector<int64_t> first{500, 250, 250}, second{100, 100, 800};
+  for (int prefetch : {1, 4}) {
+    std::vector<std::vector<int64_t>> batches;  // [global step][offset] = dataset row
+    std::vector<int> uses(static_cast<size_t>(ds.count) * 2, 0);  // [epoch * count + row]
+    for (int rank = 0; rank < kWorld; ++rank) {
+      const BatchLoaderOptions o = make_options(8, rank, kWorld, prefetch);
+      BatchLoader loader(ds, o);
+      ASSERT_EQ(loader.steps_per_epoch(), 8);
+      Batch b;
+      for (int64_t epoch : {0, 1}) {
+        loader.start_epoch(epoch);
+        for (int64_t step = 0; loader.next(b); ++step) {
+          const int64_t global = epoch * 8 + step;
+          // In force: even for steps 0-2, `first` for 3-9, `second` from 10.
+          const std::vector<int64_t>* shares = global < 3 ? nullptr : global < 10 ? &first : &second;
+          expect_batch(ds, o, epoch, step, b, shares);
+          if (batches.size() <= static_cast<size_t>(global)) batches.emplace_back(b.global_batch_len, -1);
+          for (size_t k = 0; k < b.sample_indices.size(); ++k) {
+            ++uses[static_cast<size_t>(epoch * ds.count + b.sample_indices[k])];
+            batches[global][static_cast<size_t>(b.offset_in_batch) + k] = b.sample_indices[k];
+          }
+          if (global == 2) loader.set_split(3, first);  // the queue may hold steps 3..
+          if (global == 8) loader.set_split(10, second);
+        }
+      }
+    }
+    EXPECT_EQ(*std::min_element(uses.begin(), uses.end()), 1);
+    EXPECT_EQ(*std::max_element(uses.begin(), uses.end()), 1);
+    for (size_t global = 0; global < batches.size(); ++global) {
+      const int64_t epoch = static_cast<int64_t>(global) / 8, step = static_cast<int64_t>(global) % 8;
+      const auto order = epoch_order(ds.count, 123, epoch, true);
+      const auto [begin, end] = batch_range(step, ds.count, 8);
+      EXPECT_EQ(batches[global], std::vector<int64_t>(order.begin() + begin, order.begin() + end)) << global;
+    }
+  }
+}
+
+TEST(BatchLoader, SplitsAreKeyedByGlobalStepAndLaterCallsWin) {
+  const ImageDataset ds = synthetic_image_dataset(40, 1, 2, 2, 2, 12);
+  const BatchLoaderOptions o = make_options(8, 1, 2, 3);
+  BatchLoader loader(ds, o);
+  const std::vector<int64_t> replaced{1, 3}, kept{3, 1};
+  loader.set_split(6, replaced);  // before any epoch: epoch 1, step 1
+  loader.set_split(6, kept);      // the same step again replaces it
+  Batch b;
+  loader.start_epoch(0);
+  for (int64_t step = 0; loader.next(b); ++step) expect_batch(ds, o, 0, step, b);
+  loader.skip_to(1, 0);
+  for (int64_t step = 0; loader.next(b); ++step) expect_batch(ds, o, 1, step, b, step >= 1 ? &kept : nullptr);
+}
+
+TEST(BatchLoader, SetSplitRejectsThePastAndBadShares) {
+  const ImageDataset ds = synthetic_image_dataset(40, 1, 2, 2, 2, 13);
+  BatchLoader loader(ds, make_options(8, 0, 2, 2));
+  loader.skip_to(2, 1);  // the next batch is global step 2 * 5 + 1 = 11
+  Batch b;
+  ASSERT_TRUE(loader.next(b));
+  auto kind_of = [&](int64_t from, std::vector<int64_t> shares) {
+    try {
+      loader.set_split(from, std::move(shares));
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;  // accepted
+  };
+  EXPECT_EQ(kind_of(11, {1, 1}), ErrorKind::kUsage);  // step 11 was handed out
+  EXPECT_EQ(kind_of(12, {1, 1, 1}), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of(12, {0, 0}), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of(12, {3, 1}), ErrorKind::kInternal);
+  ASSERT_TRUE(loader.next(b));
+  EXPECT_EQ(b.step_in_epoch, 2);
+  EXPECT_EQ(b.images.dim(0), 6);  // 8 * 3/4
 }
 
 TEST(BatchLoader, RejectsInvalidOptions) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -84,6 +85,81 @@ TEST(BatchPlan, RankSlice) {
   EXPECT_THROW(rank_slice(10, 3, 3), Error);
   EXPECT_THROW(rank_slice(10, -1, 3), Error);
   EXPECT_THROW(rank_slice(10, 0, 0), Error);
+}
+
+TEST(BatchPlan, EqualSharesCutExactlyLikeRankSlice) {
+  for (int64_t len : {0, 1, 2, 5, 7, 10, 64, 129, 1000})
+    for (int world = 1; world <= 7; ++world)
+      for (int64_t share : std::vector<int64_t>{1, 3, 1000, 333333, int64_t{1} << 28}) {
+        const std::vector<int64_t> shares(static_cast<size_t>(world), share);
+        for (int rank = 0; rank < world; ++rank)
+          EXPECT_EQ(rank_slice_weighted(len, rank, shares), rank_slice(len, rank, world))
+              << "len " << len << " rank " << rank << " world " << world << " share " << share;
+      }
+}
+
+TEST(BatchPlan, WeightedSlicesFollowTheShares) {
+  const std::vector<int64_t> two_to_one{2, 1};
+  EXPECT_EQ(rank_slice_weighted(12, 0, two_to_one), std::make_pair(int64_t{0}, int64_t{8}));
+  EXPECT_EQ(rank_slice_weighted(12, 1, two_to_one), std::make_pair(int64_t{8}, int64_t{12}));
+  // Boundaries are cumulative floors: 10 * 600/1000 = 6, 10 * 900/1000 = 9.
+  const std::vector<int64_t> per_mille{600, 300, 100};
+  EXPECT_EQ(rank_slice_weighted(10, 0, per_mille), std::make_pair(int64_t{0}, int64_t{6}));
+  EXPECT_EQ(rank_slice_weighted(10, 1, per_mille), std::make_pair(int64_t{6}, int64_t{9}));
+  EXPECT_EQ(rank_slice_weighted(10, 2, per_mille), std::make_pair(int64_t{9}, int64_t{10}));
+  // A zero share is an empty slice, at the boundary of its neighbours.
+  const std::vector<int64_t> middle_idle{1, 0, 1};
+  EXPECT_EQ(rank_slice_weighted(9, 1, middle_idle), std::make_pair(int64_t{4}, int64_t{4}));
+  EXPECT_EQ(rank_slice_weighted(9, 2, middle_idle), std::make_pair(int64_t{4}, int64_t{9}));
+}
+
+// Any shares: contiguous slices in rank order that concatenate to the batch,
+// each within one sample of its exact quota.
+TEST(BatchPlan, WeightedSlicesTileTheBatch) {
+  CounterRng rng(77, RngPurpose::kShuffle, 0);
+  uint64_t draw = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const int world = 1 + static_cast<int>(rng.below(draw++, 6));
+    std::vector<int64_t> shares;
+    int64_t sum = 0;
+    for (int r = 0; r < world; ++r) sum += shares.emplace_back(static_cast<int64_t>(rng.below(draw++, 1000)));
+    if (sum == 0) shares[0] = sum = 1;
+    const auto len = static_cast<int64_t>(rng.below(draw++, 300));
+    int64_t expected_begin = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto [lo, hi] = rank_slice_weighted(len, r, shares);
+      EXPECT_EQ(lo, expected_begin);
+      EXPECT_LE(lo, hi);
+      const double quota = static_cast<double>(len) * static_cast<double>(shares[r]) / static_cast<double>(sum);
+      EXPECT_LT(std::abs(static_cast<double>(hi - lo) - quota), 1.0) << "rank " << r << " of " << world;
+      expected_begin = hi;
+    }
+    EXPECT_EQ(expected_begin, len);
+  }
+}
+
+TEST(BatchPlan, WeightedSliceRejectsBadShares) {
+  auto kind_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;  // did not throw
+  };
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(10, 0, {0, 0}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(10, 0, {-1, 2}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(10, 2, {1, 1}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(10, 0, {}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(-1, 0, {1}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { rank_slice_weighted(10, 0, {kMaxShareSum, 1}); }), ErrorKind::kConfig);
+  EXPECT_EQ(kind_of([] { check_shares({1, 2, 3}, 2, "split"); }), ErrorKind::kConfig);
+  try {
+    check_shares({1, -4}, 2, "parallel split");
+    ADD_FAILURE() << "a negative share was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("share of rank 1"), std::string::npos) << e.what();
+  }
 }
 
 // The whole data-parallel contract: for every world size, the rank slices of

@@ -122,5 +122,59 @@ TEST(SlowRankDetector, FlagsOnlyAConsistentStraggler) {
   EXPECT_FALSE(SlowRankDetector(1.2, 1).observe({compute_of(1.0)}));  // one rank: nobody to compare with
 }
 
+// Per-step phase times of a rank over 10 steps, in milliseconds.
+PhaseTimes phases_ms(double data, double forward, double backward, double comm, double optimizer) {
+  PhaseTimes t;
+  t[Phase::kData] = data * 1e-2;  // 10 steps: ms/step * 10 / 1000
+  t[Phase::kForward] = forward * 1e-2;
+  t[Phase::kBackward] = backward * 1e-2;
+  t[Phase::kComm] = comm * 1e-2;
+  t[Phase::kOptimizer] = optimizer * 1e-2;
+  t.steps = 10;
+  return t;
+}
+
+TEST(SlowRankDetector, NamesThePhaseThatMakesTheRankSlow) {
+  const std::vector<PhaseTimes> ranks{phases_ms(0.5, 3.0, 5.0, 4.0, 1.0), phases_ms(0.5, 3.7, 7.9, 0.1, 1.0),
+                                      phases_ms(0.6, 3.0, 5.0, 4.2, 1.0)};
+  EXPECT_EQ(dominant_slow_phase(ranks, 1), Phase::kBackward);
+  const std::string text = SlowRankDetector(1.2, 3).describe(ranks, 1);
+  EXPECT_NE(text.find("rank 1 is 1.36x slower than the median rank (compute 13.1 ms/step vs 9.6 ms)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("; the excess is in backward (+2.9 ms/step) and forward (+0.7)"), std::string::npos) << text;
+}
+
+TEST(SlowRankDetector, CommunicationIsNeverTheCause) {
+  // Rank 0 waits the longest, but its data loading is what is slow.
+  const std::vector<PhaseTimes> ranks{phases_ms(6.0, 3.0, 5.0, 9.0, 1.0), phases_ms(0.5, 3.0, 5.0, 2.0, 1.0)};
+  EXPECT_EQ(dominant_slow_phase(ranks, 0), Phase::kData);
+  const std::string text = SlowRankDetector(1.2, 3).describe(ranks, 0);
+  EXPECT_NE(text.find("the excess is in data (+2.8 ms/step)"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" and "), std::string::npos) << text;  // no second phase
+  // A rank exceeding the median in no phase has no dominant phase.
+  EXPECT_EQ(dominant_slow_phase(ranks, 1), std::nullopt);
+  EXPECT_EQ(dominant_slow_phase(ranks, 2), std::nullopt);
+}
+
+TEST(StepPhases, GatherCarriesEveryRanksSamples) {
+  std::vector<std::vector<PhaseTimes>> gathered(3);
+  const std::vector<std::string> errors = with_group(3, [&](int rank, comm::ProcessGroup& group) {
+    PhaseTimes mine = phases_ms(1, 2, 3, 4, 5);
+    mine.samples = 100 + rank;
+    mine.loss_sum = 0.5 * rank;
+    gathered[static_cast<size_t>(rank)] = gather_phase_times(&group, mine);
+  });
+  ASSERT_EQ(join_errors(errors), "");
+  for (const std::vector<PhaseTimes>& view : gathered) {
+    ASSERT_EQ(view.size(), 3u);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(view[static_cast<size_t>(r)].samples, 100 + r);
+      EXPECT_EQ(view[static_cast<size_t>(r)].steps, 10);
+      EXPECT_FLOAT_EQ(static_cast<float>(view[static_cast<size_t>(r)].loss_sum), 0.5f * static_cast<float>(r));
+      EXPECT_FLOAT_EQ(static_cast<float>(view[static_cast<size_t>(r)][Phase::kBackward]), 0.03f);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradmesh::parallel

@@ -1,6 +1,7 @@
 #include "gradmesh/data/batch_loader.h"
 
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -62,6 +63,34 @@ void BatchLoader::skip_to(int64_t epoch, int64_t step) {
     error_ = nullptr;
     epoch_ = epoch;
     first_step_ = step;
+    next_step_ = step;
+  }
+  producer_cv_.notify_all();
+}
+
+void BatchLoader::set_split(int64_t from_step, std::vector<int64_t> shares) {
+  check_shares(shares, options_.world, "batch loader split");
+  std::deque<Batch> stale;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t next_global = generation_ == 0 ? 0 : epoch_ * steps_ + next_step_;
+    if (from_step < next_global)
+      throw_error(ErrorKind::kUsage, "batch loader",
+                  "cannot change the split from step " + std::to_string(from_step) + ": batches up to step " +
+                      std::to_string(next_global - 1) + " were already handed out");
+    while (!splits_.empty() && splits_.back().from_step >= from_step) splits_.pop_back();
+    splits_.push_back({from_step, std::move(shares)});
+    if (generation_ == 0) return;  // nothing produced yet
+    // The queue holds consecutive steps from next_step_: keep those before from_step.
+    size_t keep = 0;
+    while (keep < queue_.size() && epoch_ * steps_ + next_step_ + static_cast<int64_t>(keep) < from_step) ++keep;
+    stale.assign(std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(keep)),
+                 std::make_move_iterator(queue_.end()));
+    queue_.resize(keep);
+    ++generation_;
+    first_step_ = next_step_ + static_cast<int64_t>(keep);
+    done_ = false;
+    error_ = nullptr;
   }
   producer_cv_.notify_all();
 }
@@ -74,6 +103,7 @@ bool BatchLoader::next(Batch& out) {
   if (!queue_.empty()) {
     out = std::move(queue_.front());
     queue_.pop_front();
+    next_step_ = out.step_in_epoch + 1;
     lock.unlock();
     producer_cv_.notify_all();
     return true;
@@ -91,13 +121,15 @@ void BatchLoader::run() {
     if (stop_) return;
     seen = generation_;
     const int64_t epoch = epoch_, first_step = first_step_;
+    const std::vector<SplitChange> splits = splits_;
     lock.unlock();
-    produce(seen, epoch, first_step);
+    produce(seen, epoch, first_step, splits);
     lock.lock();
   }
 }
 
-void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step) {
+void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step,
+                          const std::vector<SplitChange>& splits) {
   const auto queue_limit = static_cast<size_t>(options_.prefetch);
   try {
     const std::vector<int64_t> order = epoch_order(data_.count, options_.seed, epoch, options_.shuffle);
@@ -109,7 +141,7 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
         producer_cv_.wait(lock, [&] { return stop_ || generation_ != generation || queue_.size() < queue_limit; });
         if (stop_ || generation_ != generation) return;
       }
-      Batch batch = assemble(order, epoch, step);
+      Batch batch = assemble(order, epoch, step, splits);
       if (options_.augment) options_.augment(batch);
       std::lock_guard<std::mutex> lock(mutex_);
       if (stop_ || generation_ != generation) return;
@@ -128,9 +160,16 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
   consumer_cv_.notify_one();
 }
 
-Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step) const {
+Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
+                            const std::vector<SplitChange>& splits) const {
   const auto [global_begin, global_end] = batch_range(step, data_.count, options_.global_batch);
-  const auto [slice_begin, slice_end] = rank_slice(global_end - global_begin, options_.rank, options_.world);
+  const int64_t global_step = epoch * steps_ + step;
+  const SplitChange* split = nullptr;  // the last change at or before this step
+  for (const SplitChange& change : splits)
+    if (change.from_step <= global_step) split = &change;
+  const auto [slice_begin, slice_end] =
+      split ? rank_slice_weighted(global_end - global_begin, options_.rank, split->shares)
+            : rank_slice(global_end - global_begin, options_.rank, options_.world);
   const int64_t n = slice_end - slice_begin;
   const int64_t numel = data_.sample_numel();
 

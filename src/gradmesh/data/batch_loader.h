@@ -4,8 +4,9 @@
 // each sample's normalised pixels into a fresh batch tensor, keeping up to
 // `prefetch` finished batches in a bounded queue so the training step never
 // waits for data. The batch sequence is a pure function of (seed, epoch,
-// global_batch, drop_last, rank, world): resuming with skip_to() reproduces
-// exactly the batches an uninterrupted run would have produced.
+// global_batch, drop_last, rank, world) and the split schedule (set_split):
+// resuming with skip_to() reproduces exactly the batches an uninterrupted run
+// would have produced.
 #pragma once
 
 #include <condition_variable>
@@ -71,14 +72,30 @@ class BatchLoader {
   // (batches before the failing one are delivered first).
   // REQUIRES: start_epoch or skip_to was called (kUsage otherwise).
   bool next(Batch& out);
+  // From global step `from_step` on (epoch * steps_per_epoch() + step in the
+  // epoch: the trainer's step counter) each global batch is cut in proportion
+  // to `shares` (rank_slice_weighted) instead of evenly, until a later
+  // set_split. Keyed by step, not by call time, so every rank that makes the
+  // same calls cuts every batch the same way. Queued batches of steps >=
+  // from_step are discarded and assembled again with the new split.
+  // REQUIRES: `shares` has one entry per rank, each >= 0, sum in
+  // (0, kMaxShareSum] (kConfig otherwise); from_step is not before the step of
+  // the next batch next() hands out (kUsage otherwise).
+  void set_split(int64_t from_step, std::vector<int64_t> shares);
 
   int64_t steps_per_epoch() const { return steps_; }
   const BatchLoaderOptions& options() const { return options_; }
 
  private:
+  struct SplitChange {
+    int64_t from_step;            // global step
+    std::vector<int64_t> shares;  // one per rank
+  };
+
   void run();
-  void produce(uint64_t generation, int64_t epoch, int64_t first_step);
-  Batch assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step) const;
+  void produce(uint64_t generation, int64_t epoch, int64_t first_step, const std::vector<SplitChange>& splits);
+  Batch assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
+                 const std::vector<SplitChange>& splits) const;
 
   const ImageDataset& data_;
   const BatchLoaderOptions options_;
@@ -91,6 +108,8 @@ class BatchLoader {
   uint64_t generation_ = 0;
   int64_t epoch_ = 0;
   int64_t first_step_ = 0;
+  int64_t next_step_ = 0;  // step in the epoch of the batch next() hands out next
+  std::vector<SplitChange> splits_;  // ascending from_step; before the first, even slices
   std::deque<Batch> queue_;
   bool done_ = false;  // the producer finished the current generation
   std::exception_ptr error_;

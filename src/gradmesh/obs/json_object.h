@@ -1,7 +1,7 @@
 // A flat JSON object built field by field, for metrics lines and trace event
-// arguments. The fields are kept as plain values here and rendered by
-// nlohmann-json in json_object.cc, so this header stays light and no caller
-// ever assembles JSON text by hand.
+// arguments: numbers, strings, booleans and arrays of numbers. The fields are
+// kept as plain values here and rendered by nlohmann-json in json_object.cc,
+// so this header stays light and no caller ever assembles JSON text by hand.
 //
 // Rendering rules (the same for every JSON file gradmesh writes):
 // - non-finite doubles (NaN, +-inf) become null: JSON has no such numbers,
@@ -22,7 +22,7 @@ namespace gradmesh::obs {
 
 class JsonObject {
  public:
-  using Value = std::variant<double, int64_t, std::string, bool>;
+  using Value = std::variant<double, int64_t, std::string, bool, std::vector<double>>;
 
   JsonObject& add(const std::string& key, double value) { return set(key, value); }
   JsonObject& add(const std::string& key, int64_t value) { return set(key, value); }
@@ -30,6 +30,7 @@ class JsonObject {
   JsonObject& add(const std::string& key, const std::string& value) { return set(key, value); }
   JsonObject& add(const std::string& key, const char* value) { return set(key, std::string(value)); }
   JsonObject& add(const std::string& key, bool value) { return set(key, value); }
+  JsonObject& add(const std::string& key, std::vector<double> values) { return set(key, std::move(values)); }
 
   bool empty() const { return fields_.empty(); }
   const std::vector<std::pair<std::string, Value>>& fields() const { return fields_; }

@@ -8,15 +8,43 @@
 namespace gradmesh::parallel {
 namespace {
 
-double median_compute(const std::vector<PhaseTimes>& ranks) {
-  std::vector<double> per_step;
-  for (const PhaseTimes& t : ranks) per_step.push_back(t.compute() / static_cast<double>(std::max<int64_t>(t.steps, 1)));
-  std::sort(per_step.begin(), per_step.end());
-  const size_t n = per_step.size();
-  return n % 2 ? per_step[n / 2] : 0.5 * (per_step[n / 2 - 1] + per_step[n / 2]);
+double compute_per_step(const PhaseTimes& t) { return t.compute() / static_cast<double>(std::max<int64_t>(t.steps, 1)); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-double compute_per_step(const PhaseTimes& t) { return t.compute() / static_cast<double>(std::max<int64_t>(t.steps, 1)); }
+double median_compute(const std::vector<PhaseTimes>& ranks) {
+  std::vector<double> per_step;
+  for (const PhaseTimes& t : ranks) per_step.push_back(compute_per_step(t));
+  return median(std::move(per_step));
+}
+
+constexpr Phase kCausePhases[] = {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer};
+
+struct PhaseExcess {
+  Phase phase;
+  double seconds_per_step;
+};
+
+// The cause phases in which `rank` exceeds the per-phase median, largest first.
+std::vector<PhaseExcess> phase_excesses(const std::vector<PhaseTimes>& ranks, int rank) {
+  std::vector<PhaseExcess> out;
+  if (rank < 0 || static_cast<size_t>(rank) >= ranks.size()) return out;
+  auto per_step = [](const PhaseTimes& t, Phase p) { return t[p] / static_cast<double>(std::max<int64_t>(t.steps, 1)); };
+  for (Phase p : kCausePhases) {
+    std::vector<double> all;
+    for (const PhaseTimes& t : ranks) all.push_back(per_step(t, p));
+    const double excess = per_step(ranks[static_cast<size_t>(rank)], p) - median(std::move(all));
+    if (excess > 0) out.push_back({p, excess});
+  }
+  // Stable: equal excesses keep the phase order, so the wording is deterministic.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const PhaseExcess& a, const PhaseExcess& b) { return a.seconds_per_step > b.seconds_per_step; });
+  return out;
+}
 
 }  // namespace
 
@@ -40,11 +68,12 @@ double PhaseTimes::total() const {
 std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const PhaseTimes& mine) {
   if (!group || group->size() == 1) return {mine};
   const int n = group->size();
-  constexpr int kFields = kPhaseCount + 2;
+  constexpr int kFields = kPhaseCount + 3;
   Tensor local = Tensor::empty({kFields});
   for (int p = 0; p < kPhaseCount; ++p) local.data()[p] = static_cast<float>(mine.seconds[static_cast<size_t>(p)]);
   local.data()[kPhaseCount] = static_cast<float>(mine.steps);
   local.data()[kPhaseCount + 1] = static_cast<float>(mine.loss_sum);
+  local.data()[kPhaseCount + 2] = static_cast<float>(mine.samples);  // exact below 2^24 per log interval
   Tensor all = Tensor::empty({n * kFields});
   auto work = group->allgather(local, all);
   if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
@@ -54,8 +83,15 @@ std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const Phas
     for (int p = 0; p < kPhaseCount; ++p) out[static_cast<size_t>(r)].seconds[static_cast<size_t>(p)] = src[p];
     out[static_cast<size_t>(r)].steps = static_cast<int64_t>(src[kPhaseCount]);
     out[static_cast<size_t>(r)].loss_sum = src[kPhaseCount + 1];
+    out[static_cast<size_t>(r)].samples = static_cast<int64_t>(src[kPhaseCount + 2]);
   }
   return out;
+}
+
+std::optional<Phase> dominant_slow_phase(const std::vector<PhaseTimes>& ranks, int rank) {
+  const std::vector<PhaseExcess> excesses = phase_excesses(ranks, rank);
+  if (excesses.empty()) return std::nullopt;
+  return excesses.front().phase;
 }
 
 std::optional<int> SlowRankDetector::observe(const std::vector<PhaseTimes>& ranks) {
@@ -82,7 +118,18 @@ std::string SlowRankDetector::describe(const std::vector<PhaseTimes>& ranks, int
   std::snprintf(text, sizeof text,
                 "rank %d is %.2fx slower than the median rank (compute %.1f ms/step vs %.1f ms) for %d log intervals",
                 rank, median > 0 ? mine / median : 0.0, mine * 1e3, median * 1e3, intervals_);
-  return text;
+  std::string out = text;
+  const std::vector<PhaseExcess> excesses = phase_excesses(ranks, rank);
+  if (excesses.empty()) return out;
+  std::snprintf(text, sizeof text, "; the excess is in %s (+%.1f ms/step)", phase_name(excesses[0].phase),
+                excesses[0].seconds_per_step * 1e3);
+  out += text;
+  // A second phase only when it is a real part of the excess, not rounding noise.
+  if (excesses.size() > 1 && excesses[1].seconds_per_step >= 0.1 * excesses[0].seconds_per_step) {
+    std::snprintf(text, sizeof text, " and %s (+%.1f)", phase_name(excesses[1].phase), excesses[1].seconds_per_step * 1e3);
+    out += text;
+  }
+  return out;
 }
 
 }  // namespace gradmesh::parallel

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
@@ -15,6 +16,7 @@
 #include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
+#include "gradmesh/parallel/split_balancer.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
 #include "gradmesh/train/run_report.h"
@@ -137,6 +139,7 @@ class TrainingRun {
   RunReport report_;
   obs::Progress progress_;
   parallel::SlowRankDetector detector_;
+  std::unique_ptr<parallel::SplitBalancer> balancer_;  // parallel.straggler = "rebalance" with several ranks
   LoopState s_;
   std::unique_ptr<obs::ChromeTrace> trace_;
   uint64_t flops_start_ = 0, flops_excluded_ = 0;
@@ -170,6 +173,9 @@ void TrainingRun::build_step_machinery() {
   loader_ = std::make_unique<data::BatchLoader>(prepared_.train_set, loader_options(config_, rank_, world_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get());
   stop_vote_ = std::make_unique<StopVote>(world_);
+  balancer_.reset();
+  if (multi_rank(world_) && config_.parallel.straggler == "rebalance")
+    balancer_ = std::make_unique<parallel::SplitBalancer>(world_size_);
 }
 
 TrainSummary TrainingRun::run() {
@@ -358,6 +364,7 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   resilience_.stepped(s_.step);
   s_.samples += batch.global_batch_len;
   s_.window_samples += batch.global_batch_len;
+  s_.window.samples += static_cast<int64_t>(batch.labels.size());
   // With several ranks the global loss is known at log steps; until the
   // first one, this rank's share scaled by the world size estimates it.
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
@@ -390,8 +397,21 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
       const std::string note = "step " + std::to_string(s_.step) + ": " + detector_.describe(ranks, *slow);
       progress_.message("warning: " + note);
       report_.add_note(note);
-      metrics_->write(obs::JsonObject().add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note));
+      obs::JsonObject event;
+      event.add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note);
+      if (const std::optional<Phase> phase = parallel::dominant_slow_phase(ranks, *slow))
+        event.add("phase", parallel::phase_name(*phase));
+      metrics_->write(event);
     }
+  }
+  // Every rank sees the same gathered times, so every balancer picks the
+  // same shares; they apply from the next step on.
+  if (const auto shares = balancer_ ? balancer_->observe(ranks) : std::nullopt) {
+    loader_->set_split(s_.step, *shares);
+    const auto total = static_cast<double>(std::accumulate(shares->begin(), shares->end(), int64_t{0}));
+    std::vector<double> fractions;
+    for (int64_t share : *shares) fractions.push_back(static_cast<double>(share) / total);
+    if (metrics_) metrics_->write(obs::JsonObject().add("type", "rebalance").add("step", s_.step).add("shares", fractions));
   }
   s_.window = PhaseTimes{};
   s_.window_samples = 0;
