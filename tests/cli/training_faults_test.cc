@@ -241,6 +241,19 @@ TEST_F(TrainingFaults, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_EQ(resumed[0]["step"].get<int64_t>(), 50);
 }
 
+// A worker killed after the last step (during the final evaluation) leaves a
+// checkpoint of that step: the resumed run evaluates and writes the same file.
+TEST_F(TrainingFaults, ResumedAfterTheLastStepEvaluatesAndSavesTheSameWeights) {
+  CommandResult first = run_gradmesh("train " + workload("end", "--set train.max_steps=100"), dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string expected = read_text(dir_.file("runs/end/model.safetensors"));
+  fs::remove(dir_.file("runs/end/model.safetensors"));
+  CommandResult again = run_gradmesh("train " + workload("end", "--set train.max_steps=100 --resume auto"), dir_.path());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(read_text(dir_.file("runs/end/model.safetensors")) == expected) << "weights or their metadata differ";
+  EXPECT_EQ(events(dir_.file("runs/end/metrics.jsonl"), "epoch").size(), 2u) << "the resumed run evaluates too";
+}
+
 TEST_F(TrainingFaults, FullDiskLosesCheckpointsButNotTraining) {
   // Files may grow to 256 KiB: the metrics fit, a 7 MB checkpoint does not (EFBIG, not a crash).
   CommandResult r = run_shell("trap '' XFSZ && ulimit -f 256 && '" GRADMESH_BINARY "' train " +

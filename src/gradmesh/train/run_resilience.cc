@@ -86,6 +86,12 @@ void RunResilience::stepped(int64_t step) {
   // while the launcher judges silence only after a worker's first beat.
   if (!heartbeat_ && launched_) heartbeat_ = publisher();
   if (heartbeat_) heartbeat_->set_step(step);
+  report_restart();
+}
+
+void RunResilience::finished() { report_restart(); }
+
+void RunResilience::report_restart() {
   if (!pending_ || metrics_ == nullptr) return;
   const elastic::RestartRecord r = *pending_;
   pending_.reset();

@@ -43,6 +43,8 @@ class RunResilience {
   void stepped(int64_t step);
   // Alive without a new step (evaluation).
   void touch();
+  // The run ends: a restart not reported yet (no step was left to train) is reported now.
+  void finished();
 
  private:
   // A publisher under the current generation (which changes with in-process recovery).
@@ -58,6 +60,8 @@ class RunResilience {
   std::optional<elastic::RestartRecord> pending_;  // reported after the first step of this generation
   int64_t restart_step_ = 0;
   obs::JsonlWriter* metrics_ = nullptr;
+
+  void report_restart();
 };
 
 }  // namespace gradmesh::train

@@ -196,6 +196,7 @@ TrainSummary TrainingRun::run() {
   }
   progress_.finish();
   if (checkpointer_) checkpointer_->finish();
+  resilience_.finished();
   summarize();
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
   if (!leader_ || summary_.stopped) return summary_;
@@ -250,6 +251,7 @@ void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::s
   s_.step = state.step;
   s_.epoch = state.epoch;
   s_.step_in_epoch = state.step_in_epoch;
+  epochs_run_ = state.epoch + (state.step_in_epoch > 0 ? 1 : 0);  // the weights' metadata counts epochs begun
   summary_.resumed_from_step = state.step;
   if (metrics_)
     metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
@@ -282,7 +284,9 @@ void TrainingRun::announce() {
 }
 
 void TrainingRun::run_epochs() {
-  for (; s_.epoch < tc_.epochs && s_.step < prepared_.steps.total_steps && !stopping_; ++s_.epoch, s_.step_in_epoch = 0) {
+  for (; s_.epoch < tc_.epochs && !stopping_; ++s_.epoch, s_.step_in_epoch = 0) {
+    // A run resumed after its last step still owes that epoch's evaluation.
+    if (s_.step >= prepared_.steps.total_steps && s_.step_in_epoch == 0) break;
     run_epoch(s_.epoch);
     if (stopping_) return;
     epochs_run_ = s_.epoch + 1;
