@@ -5,8 +5,8 @@ The CNN reference workload (examples/cnn.toml, one epoch, global batch 128,
 drop_last: 468 steps, evaluation off) on 2 workers under
 `gradmesh train --nproc-per-node 2` over shared memory, one thread per worker.
 Rank 1 is throttled from outside the process to half a core: a child cgroup
-with cpu.max = "50000 100000" (cgroup v2) or cpu.cfs_quota_us = 50000 per
-100000 us (cgroup v1 cpu controller), whichever is writable here, else a
+with cpu.max = "5000 10000" (cgroup v2) or cpu.cfs_quota_us = 5000 per
+10000 us (cgroup v1 cpu controller), whichever is writable here, else a
 SIGSTOP/SIGCONT duty cycle (20 ms stopped, 20 ms running).
 
 Runs, alternating run after run: unthrottled with straggler = "none",
@@ -25,7 +25,11 @@ import argparse, json, os, signal, statistics, subprocess, sys, tempfile, thread
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADMESH = os.path.join(ROOT, "build", "gradmesh")
 TARGET = 1.3  # throttled rebalance / throttled none
-QUOTA_US, PERIOD_US = 50000, 100000  # half a core; --period-us scales both
+# Half a core in 10 ms periods: like a core half as fast at the scale of a
+# ~15 ms step. With 100 ms periods the rank runs at full speed for 50 ms and
+# then stops for 50 ms, longer than several steps: no split of a synchronous
+# step can hide a stop longer than the step (--period-us 100000 shows it).
+QUOTA_US, PERIOD_US = 5000, 10000
 
 
 def find_rank_pid(tag, rank, timeout_s=30.0):
@@ -161,7 +165,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--steps", type=int, default=468, help="train.max_steps (468 = one epoch; more run more epochs)")
-    p.add_argument("--log-every", type=int, default=20, help="train.log_every: how often the balancer looks")
+    p.add_argument("--log-every", type=int, default=20, help="train.log_every (the balancer decides every parallel.rebalance_every = 5 steps)")
     p.add_argument("--throttle", choices=("auto", "sigstop"), default="auto",
                    help="auto: a cgroup CPU quota where writable, else the duty cycle")
     p.add_argument("--period-us", type=int, default=PERIOD_US,

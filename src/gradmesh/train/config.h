@@ -101,7 +101,8 @@ struct ParallelConfig {
   bool overlap;              // start each bucket's all-reduce during backward (false: all after backward)
   double timeout_s;          // every collective's timeout; 0 = the process group's (GRADMESH_COMM_TIMEOUT)
   double slow_rank_factor;   // flag a rank whose step time exceeds the median by this factor
-  std::string straggler;     // "none" | "rebalance": shift batch samples away from slow ranks at log intervals
+  std::string straggler;     // "none" | "rebalance": shift batch samples away from slow ranks every parallel.rebalance_every steps
+  int64_t rebalance_every;   // steps between split decisions with straggler = "rebalance"
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -178,7 +178,8 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::overlap>("overlap", true, any(), "Start each bucket's all-reduce as soon as its gradients are final (false: after the whole backward, for comparison)."),
     key<&ParallelConfig::timeout_s>("timeout_s", 0.0, closed(0, kMaxTimeoutS), "Timeout of every collective in seconds (0 = $GRADMESH_COMM_TIMEOUT, default 300); a rank that does not arrive in time fails the job with its name."),
     key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, open_closed(1, kMaxCoefficient), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
-    key<&ParallelConfig::straggler>("straggler", "none", one_of({"none", "rebalance"}), "rebalance: at every log interval, give each rank a share of the global batch proportional to its measured speed, so a slow rank holds the step up less (same global batch; not bit-reproducible)."),
+    key<&ParallelConfig::straggler>("straggler", "none", one_of({"none", "rebalance"}), "rebalance: every parallel.rebalance_every steps, give each rank a share of the global batch proportional to its measured speed, so a slow rank holds the step up less (same global batch; not bit-reproducible)."),
+    key<&ParallelConfig::rebalance_every>("rebalance_every", 5, closed(1, kMaxSteps), "With straggler = \"rebalance\": gather every rank's phase times and re-split the batch every N optimizer steps (a small all-gather each time)."),
 
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),

@@ -72,6 +72,14 @@ double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
   return sum / static_cast<double>(ranks.size()) * 1e3;
 }
 
+// into += after - before, for the counters a step adds to.
+void add_difference(PhaseTimes& into, const PhaseTimes& before, const PhaseTimes& after) {
+  for (size_t p = 0; p < into.seconds.size(); ++p) into.seconds[p] += after.seconds[p] - before.seconds[p];
+  into.steps += after.steps - before.steps;
+  into.samples += after.samples - before.samples;
+  into.loss_sum += after.loss_sum - before.loss_sum;
+}
+
 // What a rank knows about the step loop so far; rank 0 turns it into metrics,
 // progress and the report.
 struct LoopState {
@@ -79,6 +87,7 @@ struct LoopState {
   int64_t epoch = 0, step_in_epoch = 0;  // where the next step comes from (epoch, batches of it done)
   double start = 0, excluded = 0;  // evaluation time is kept out of the throughput
   PhaseTimes window;               // this rank's times since the last log line
+  PhaseTimes balance_window;       // since the last rebalance (parallel.straggler = "rebalance")
   int64_t window_samples = 0;
   double window_start = 0;
   double last_loss = 0;            // global mean loss of the last log interval
@@ -109,6 +118,7 @@ class TrainingRun {
   void train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end);
   void show_progress(int64_t epoch, int64_t step_in_epoch);
   void log_interval(float lr, int64_t epoch);
+  void rebalance();
   void write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate, double now);
   void evaluate_epoch(int64_t epoch);
   void summarize();
@@ -354,6 +364,7 @@ void TrainingRun::stop_here() {
 }
 
 void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end) {
+  const PhaseTimes window_before = s_.window;
   s_.window[Phase::kData] += data_end - data_start;
   const bool traced = s_.step < config_.output.trace_steps;
   if (traced) trace_->span("compute", "data", data_start, data_end);
@@ -369,6 +380,10 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   s_.samples += batch.global_batch_len;
   s_.window_samples += batch.global_batch_len;
   s_.window.samples += static_cast<int64_t>(batch.labels.size());
+  if (balancer_) {
+    add_difference(s_.balance_window, window_before, s_.window);
+    if (s_.step % config_.parallel.rebalance_every == 0) rebalance();
+  }
   // With several ranks the global loss is known at log steps; until the
   // first one, this rank's share scaled by the world size estimates it.
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
@@ -408,18 +423,25 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
       metrics_->write(event);
     }
   }
-  // Every rank sees the same gathered times, so every balancer picks the
-  // same shares; they apply from the next step on.
-  if (const auto shares = balancer_ ? balancer_->observe(ranks) : std::nullopt) {
-    loader_->set_split(s_.step, *shares);
-    const auto total = static_cast<double>(std::accumulate(shares->begin(), shares->end(), int64_t{0}));
-    std::vector<double> fractions;
-    for (int64_t share : *shares) fractions.push_back(static_cast<double>(share) / total);
-    if (metrics_) metrics_->write(obs::JsonObject().add("type", "rebalance").add("step", s_.step).add("shares", fractions));
-  }
   s_.window = PhaseTimes{};
   s_.window_samples = 0;
   s_.window_start = now;
+}
+
+// Every parallel.rebalance_every steps: every rank sees the same gathered
+// times, so every balancer picks the same shares; they apply from the next
+// step on. Balancing more often than logging lets the split settle within a
+// few dozen steps.
+void TrainingRun::rebalance() {
+  const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(world_, s_.balance_window);
+  s_.balance_window = PhaseTimes{};
+  const std::optional<std::vector<int64_t>> shares = balancer_->observe(ranks);
+  if (!shares) return;
+  loader_->set_split(s_.step, *shares);
+  const auto total = static_cast<double>(std::accumulate(shares->begin(), shares->end(), int64_t{0}));
+  std::vector<double> fractions;
+  for (int64_t share : *shares) fractions.push_back(static_cast<double>(share) / total);
+  if (metrics_) metrics_->write(obs::JsonObject().add("type", "rebalance").add("step", s_.step).add("shares", fractions));
 }
 
 void TrainingRun::write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate,
