@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
@@ -111,7 +113,7 @@ class TrainingRun {
   checkpoint::TrainerState current_state() const;
   void announce();
   void run_epochs();
-  void recover(const Error& failure);
+  void recover(const std::string& failure);
   void run_epoch(int64_t epoch);
   void save_checkpoint(bool sync);
   void stop_here();
@@ -195,13 +197,17 @@ TrainSummary TrainingRun::run() {
   trace_ = std::make_unique<obs::ChromeTrace>(rank_, s_.start);
   flops_start_ = kernels::gemm_flops();
   nn::forward_context().seed = tc_.seed;
+  // A failure during a recovery (another peer lost while re-forming) is
+  // recovered from the same way, under the generation after.
+  std::optional<std::string> failure;
   for (;;) {
     try {
+      if (failure) recover(*std::exchange(failure, std::nullopt));
       run_epochs();
       break;
     } catch (const Error& e) {
       if (!resilience_.can_recover(e)) throw;
-      recover(e);
+      failure = e.what();
     }
   }
   progress_.finish();
@@ -305,9 +311,9 @@ void TrainingRun::run_epochs() {
 }
 
 // A peer died: re-form the group with its replacement, take the most advanced replica's state, go on.
-void TrainingRun::recover(const Error& failure) {
+void TrainingRun::recover(const std::string& failure) {
   progress_.finish();
-  progress_.message("a peer failed (" + std::string(failure.what()) + "); recovering in process");
+  progress_.message("a peer failed (" + failure + "); recovering in process");
   runner_.reset();
   reducer_.reset();
   stop_vote_.reset();
