@@ -30,12 +30,12 @@ std::string workload(const std::string& run_id, const std::string& extra = "") {
          run_id + " " + extra;
 }
 
-// `gradmesh launch` of the workload on 2 local workers, in the background.
-pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
-                   const std::string& log_name) {
+// `gradmesh launch FLAGS -- gradmesh train TRAIN_ARGS`, in the background.
+pid_t spawn_launcher(const std::string& flags, const std::string& train_args, const std::string& workdir,
+                     const std::string& log_name) {
   // Heartbeats every 0.1 s, so the restart events count the steps lost closely.
   const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines GRADMESH_HEARTBEAT_INTERVAL=0.1 '" GRADMESH_BINARY
-                          "' launch --nproc-per-node 2 " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
+                          "' launch " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
                           " > " + log_name + ".out 2> " + log_name + ".err";
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -43,6 +43,12 @@ pid_t spawn_launch(const std::string& flags, const std::string& train_args, cons
     ::_exit(127);
   }
   return pid;
+}
+
+// The workload on 2 local workers.
+pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
+                   const std::string& log_name) {
+  return spawn_launcher("--nproc-per-node 2 " + flags, train_args, workdir, log_name);
 }
 
 // Exit code of `pid` (128 + signal when killed); -1 when it did not exit within `limit`.
@@ -181,6 +187,38 @@ TEST_F(TrainingFaults, ThreeKillsRecoveredInProcessLoseNoStep) {
     ASSERT_TRUE(r.contains("steps_lost") && r["steps_lost"].is_number_integer()) << r.dump();
     EXPECT_EQ(r["steps_lost"].get<int64_t>(), 0) << r.dump();
   }
+}
+
+// Two launchers (two "nodes", one worker each, gloo): the node whose worker
+// dies replaces it, the other node's worker re-forms the group with it.
+TEST_F(TrainingFaults, WorkerOfOneOfTwoNodesIsRecoveredInProcess) {
+  const std::string gloo = "--set parallel.backend=gloo --set elastic.recovery=in-process";
+  const pid_t single = spawn_launch("", workload("one", gloo), dir_.path(), "one");
+  ASSERT_EQ(wait_exit(single, 300s), 0) << read_text(dir_.file("one.err"));
+  const std::string expected = read_text(dir_.file("runs/one/model.safetensors"));
+
+  const std::string node = "--nnodes 2 --nproc-per-node 1 --max-restarts 2 --rdzv-endpoint file://" +
+                           dir_.file("store") + " --rdzv-id two";
+  const pid_t a = spawn_launcher(node, workload("two", gloo), dir_.path(), "node_a");
+  const pid_t b = spawn_launcher(node, workload("two", gloo), dir_.path(), "node_b");
+  ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/two/checkpoints"), 50, 240s));
+  pid_t victim = -1;
+  for (pid_t launcher : {a, b})
+    for (pid_t p : children_of(launcher))
+      if (rank_of(p) == 1) victim = p;
+  ASSERT_GT(victim, 0);
+  ::kill(victim, SIGKILL);
+  const int code_a = wait_exit(a, 300s), code_b = wait_exit(b, 300s);
+  const std::string logs = read_text(dir_.file("node_a.err")) + read_text(dir_.file("node_b.err"));
+  ASSERT_EQ(code_a, 0) << logs;
+  ASSERT_EQ(code_b, 0) << logs;
+  EXPECT_NE(logs.find("replacing it in place"), std::string::npos) << logs;
+  EXPECT_TRUE(read_text(dir_.file("runs/two/model.safetensors")) == expected) << logs;
+  const std::vector<nlohmann::json> restarts = events(dir_.file("runs/two/metrics.jsonl"), "restart");
+  ASSERT_EQ(restarts.size(), 1u) << logs;
+  EXPECT_EQ(restarts[0].value("recovery", ""), "in-process");
+  EXPECT_EQ(restarts[0].value("failed_rank", -2), 1);
+  EXPECT_EQ(restarts[0].value("steps_lost", int64_t{-1}), 0) << restarts[0].dump();
 }
 
 TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {

@@ -198,7 +198,8 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
   settings.run_id = ctx.run_id;
   settings.generation = generation;
   settings.heartbeat_timeout = millis(ctx.options.heartbeat_timeout_s);
-  settings.in_process_allowed = ctx.options.nnodes == 1;
+  // The failed worker's node replaces it; the other nodes' workers re-form with it.
+  settings.in_process_allowed = true;
   settings.budget = &budget;
   settings.replacement_command = [&ctx, a](int local, int g) { return worker_command(ctx, a, local, g, true); };
   return supervise(group, relay, settings);

@@ -52,6 +52,7 @@ class Supervisor {
       for (const WorkerExit& exit : group_.pump(timeout, relay_.fd())) on_worker_exit(exit);
       for (int sig : relay_.drain()) on_signal(sig);
       if (!stopping_) check_peers();
+      if (!stopping_) follow_generation();
       if (!stopping_) check_heartbeats();
       escalate_if_due();
     }
@@ -159,6 +160,22 @@ class Supervisor {
     }
   }
 
+  // On several nodes, another node may replace one of its workers in place:
+  // the job moves to its generation (this node's workers re-form under it),
+  // and so do this node's heartbeat keys and the numbering of later restarts.
+  void follow_generation() {
+    if (!settings_.in_process_allowed || settings_.store == nullptr || settings_.nnodes == 1) return;
+    const Clock::time_point now = Clock::now();
+    if (now < next_generation_check_) return;
+    next_generation_check_ = now + kPeerCheckInterval;
+    try {
+      if (settings_.store->check({settings_.run_id + "/generation"}))
+        generation_ = std::max(generation_, read_current_generation(*settings_.store, settings_.run_id));
+    } catch (const Error& e) {
+      log_warn(std::string("cannot read the run's generation from the store: ") + e.what());
+    }
+  }
+
   void check_heartbeats() {
     const Clock::time_point now = Clock::now();
     if (monitor_ == nullptr || now < next_heartbeat_poll_) return;
@@ -234,6 +251,7 @@ class Supervisor {
   const SupervisorSettings& settings_;
   std::unique_ptr<PeerWatch> peers_;
   std::unique_ptr<HeartbeatMonitor> monitor_;
+  Clock::time_point next_generation_check_{};
   int generation_;
   std::map<int, int> spawned_in_;  // rank -> generation of an in-process replacement
   Cause cause_ = Cause::kNone;

@@ -53,7 +53,7 @@ struct SupervisorSettings {
   std::string run_id;
   int generation = 0;
   std::chrono::milliseconds heartbeat_timeout{0};  // 0 = hang detection off
-  // In-process replacement: allowed on a one-node job; the budget it draws
+  // In-process replacement (the failed worker's node replaces it alone); the budget it draws
   // from, and the command of a replacement for (local rank, generation).
   bool in_process_allowed = false;
   RestartBudget* budget = nullptr;
