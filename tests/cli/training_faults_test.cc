@@ -221,6 +221,42 @@ TEST_F(TrainingFaults, WorkerOfOneOfTwoNodesIsRecoveredInProcess) {
   EXPECT_EQ(restarts[0].value("steps_lost", int64_t{-1}), 0) << restarts[0].dump();
 }
 
+// --nnodes 1:2 and a node lost (its launcher and worker SIGKILLed): the
+// survivor keeps its state and goes on alone as a world of one, losing no step.
+TEST_F(TrainingFaults, LostNodeShrinksTheWorldInProcess) {
+  const std::string node = "--nnodes 1:2 --nproc-per-node 1 --max-restarts 2 --heartbeat-timeout 2"
+                           " --rdzv-last-call 5 --rdzv-endpoint file://" + dir_.file("store") + " --rdzv-id shrink";
+  const std::string train = workload("shrink", "--set parallel.backend=gloo --set elastic.recovery=in-process");
+  const pid_t a = spawn_launcher(node, train, dir_.path(), "node_a");
+  const pid_t b = spawn_launcher(node, train, dir_.path(), "node_b");
+  ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/shrink/checkpoints"), 50, 240s));
+  pid_t lost_launcher = -1, lost_worker = -1;
+  for (pid_t launcher : {a, b})
+    for (pid_t p : children_of(launcher))
+      if (rank_of(p) == 1) lost_launcher = launcher, lost_worker = p;
+  ASSERT_GT(lost_worker, 0);
+  ::kill(lost_launcher, SIGKILL);
+  ::kill(lost_worker, SIGKILL);
+  const pid_t survivor = lost_launcher == a ? b : a;
+  EXPECT_EQ(wait_exit(lost_launcher, 10s), 128 + SIGKILL);
+  const int code = wait_exit(survivor, 300s);
+  const std::string logs = read_text(dir_.file("node_a.err")) + read_text(dir_.file("node_b.err"));
+  ASSERT_EQ(code, 0) << logs;
+  EXPECT_NE(logs.find("going on in process with 1 rank on 1 node"), std::string::npos) << logs;
+  const std::string metrics = dir_.file("runs/shrink/metrics.jsonl");
+  const std::vector<nlohmann::json> restarts = events(metrics, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << logs;
+  EXPECT_EQ(restarts[0].value("recovery", ""), "in-process");
+  EXPECT_EQ(restarts[0].value("steps_lost", int64_t{-1}), 0) << restarts[0].dump();
+  const std::vector<nlohmann::json> resumed = events(metrics, "resume");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].value("world_size", 0), 1);
+  EXPECT_EQ(resumed[0].value("from", ""), "replica");
+  const std::vector<nlohmann::json> summary = events(metrics, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].value("steps", int64_t{0}), 300);
+}
+
 TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {
   const std::string expected = baseline_weights(dir_);
   const pid_t launcher = spawn_launch("--rdzv-id pre", workload("pre"), dir_.path(), "pre");

@@ -106,3 +106,28 @@ TEST(RecoveryKeys, GenerationAndAnnouncement) {
 
 }  // namespace
 }  // namespace gradmesh::elastic
+
+namespace gradmesh::elastic {
+namespace {
+
+TEST(RecoveryKeys, SurvivingRanksAfterALostNode) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  EXPECT_FALSE(read_surviving_ranks(store, "job", 3).has_value()) << "a generation that kept its world";
+  write_surviving_ranks(store, "job", 3, {0, 1, 3});
+  write_surviving_ranks(store, "job", 3, {0, 2});  // a later node's list does not replace the first
+  EXPECT_EQ(read_surviving_ranks(store, "job", 3), (std::vector<int>{0, 1, 3}));
+  for (const char* bad : {"", "0,,1", "0,x", "-1", "0;1"}) {
+    store.set("job/4/ranks", bad);
+    try {
+      read_surviving_ranks(store, "job", 4);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+      EXPECT_NE(std::string(e.what()).find("job/4/ranks"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradmesh::elastic

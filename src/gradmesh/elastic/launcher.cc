@@ -192,6 +192,7 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
   SupervisorSettings settings;
   settings.node_rank = a.node_rank;
   settings.nnodes = a.nnodes;
+  settings.min_nnodes = ctx.options.min_nnodes;
   settings.grace_period = millis(ctx.options.grace_period_s);
   settings.peers = ctx.options.nnodes > 1 ? agent_store.get() : nullptr;
   settings.store = store.get();

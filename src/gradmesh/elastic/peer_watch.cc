@@ -50,13 +50,14 @@ std::optional<PeerFailure> PeerWatch::published_failure() {
 std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
   if (lost_after_.count() <= 0) return std::nullopt;
   for (int node = 0; node < nnodes_; ++node) {
-    if (node == node_rank_ || !agent_.check({alive_key(node)})) continue;  // not supervising yet
+    if (node == node_rank_ || forgotten_.count(node) || !agent_.check({alive_key(node)})) continue;  // not supervising yet
     const std::string value = agent_.get(alive_key(node), Millis{1000});
     auto [it, first] = seen_.try_emplace(node, Seen{value, now});
     if (!first && it->second.value != value) it->second = Seen{value, now};
     if (now - it->second.changed < lost_after_) continue;
     PeerFailure f;
     f.lost = true;
+    f.node = node;
     f.reason = "node " + std::to_string(node) + "'s launcher stopped responding (no keep-alive in the store for " +
                seconds_text(lost_after_) + ")";
     return f;

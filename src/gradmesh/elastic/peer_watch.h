@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,7 @@ struct PeerFailure {
   int exit_code = 1;
   std::string reason;
   bool lost = false;  // the node's launcher stopped responding (nobody published anything)
+  int node = -1;      // the lost node
   std::optional<RestartRecord> record;
 };
 
@@ -40,6 +42,8 @@ class PeerWatch {
   void publish_failure(int exit_code, const std::string& reason, const std::string& record_json);
   // Bumps this node's keep-alive, then returns another node's failure or loss, if any.
   std::optional<PeerFailure> poll(Clock::time_point now);
+  // Stops watching a lost node the job went on without (in-process shrink).
+  void forget(int node) { forgotten_.insert(node); }
 
  private:
   std::optional<PeerFailure> published_failure();
@@ -56,6 +60,7 @@ class PeerWatch {
   int64_t beats_ = 0;
   bool broken_ = false;  // the store failed: stop watching
   std::map<int, Seen> seen_;
+  std::set<int> forgotten_;
 };
 
 }  // namespace gradmesh::elastic

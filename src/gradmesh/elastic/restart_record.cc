@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <type_traits>
 
 #include "gradmesh/core/env.h"
@@ -91,6 +93,32 @@ int read_current_generation(comm::Store& store, const std::string& run_id) {
 
 void write_current_generation(comm::Store& store, const std::string& run_id, int generation) {
   store.set(generation_key(run_id), std::to_string(generation));
+}
+
+std::string surviving_ranks_key(const std::string& run_id, int generation) {
+  return run_id + "/" + std::to_string(generation) + "/ranks";
+}
+
+void write_surviving_ranks(comm::Store& store, const std::string& run_id, int generation, const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  store.compare_set(surviving_ranks_key(run_id, generation), "", text);  // every survivor computes the same list
+}
+
+std::optional<std::vector<int>> read_surviving_ranks(comm::Store& store, const std::string& run_id, int generation) {
+  const std::string key = surviving_ranks_key(run_id, generation);
+  if (!store.check({key})) return std::nullopt;
+  const std::string text = store.get(key, std::chrono::milliseconds(1000));
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::optional<int64_t> r = try_parse_int(std::string_view(text).substr(start, comma - start), 0, 1'000'000);
+    if (!r) throw_error(ErrorKind::kFormat, key, "expected comma-separated ranks, got '" + text + "'");
+    ranks.push_back(static_cast<int>(*r));
+    start = comma + 1;
+  }
+  return ranks;
 }
 
 }  // namespace gradmesh::elastic

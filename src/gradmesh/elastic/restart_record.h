@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gradmesh/comm/store.h"
 
@@ -47,6 +48,13 @@ bool in_process_recovery_announced(comm::Store& store, const std::string& run_id
 // generation GRADMESH_GENERATION when the key is absent. Survivors poll it to
 // notice that a replacement joined under a new generation.
 int read_current_generation(comm::Store& store, const std::string& run_id);
+
+// After a node was lost with in-process recovery on: "<run_id>/<g>/ranks" =
+// the ranks of generation g-1 that go on, in order ("0,1,3"); a survivor's
+// rank in generation g is its position in that list. Written before
+// <run_id>/generation moves to g. nullopt when generation g kept the world.
+void write_surviving_ranks(comm::Store& store, const std::string& run_id, int generation, const std::vector<int>& ranks);
+std::optional<std::vector<int>> read_surviving_ranks(comm::Store& store, const std::string& run_id, int generation);
 void write_current_generation(comm::Store& store, const std::string& run_id, int generation);
 
 }  // namespace gradmesh::elastic

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <vector>
 #include <string_view>
 
 #include "gradmesh/core/error.h"
@@ -42,6 +44,7 @@ class Supervisor {
                                            settings.heartbeat_timeout);
     if (settings.store != nullptr && settings.heartbeat_timeout.count() > 0)
       monitor_ = std::make_unique<HeartbeatMonitor>(*settings.store, settings.run_id, settings.heartbeat_timeout);
+    for (const RunningWorker& w : group.running_workers()) current_rank_[w.rank] = w.rank;
   }
 
   GroupOutcome run() {
@@ -91,7 +94,8 @@ class Supervisor {
   // In-process recovery: replace the failed worker alone when the workers
   // announced they re-form their group themselves and the budget allows.
   bool try_replace(const WorkerExit& exit) {
-    if (!settings_.in_process_allowed || settings_.budget == nullptr || settings_.store == nullptr) return false;
+    if (!settings_.in_process_allowed || settings_.budget == nullptr || settings_.store == nullptr || shrunk_)
+      return false;  // after a shrink a replacement's environment (the original ranks) would be wrong
     const int next = generation_ + 1;
     const std::string what = worker_text(exit);
     try {
@@ -112,6 +116,60 @@ class Supervisor {
     spawned_in_[exit.rank] = next;
     if (monitor_) monitor_->forget(exit.rank);
     return true;
+  }
+
+  // In-process recovery into a smaller world: a lost node's ranks drop out,
+  // the survivors keep their state and re-form as generation g+1 with ranks
+  // renumbered in order (every surviving node computes the same list from
+  // the rendezvous' node sizes). Needs at least MIN nodes left.
+  bool try_shrink(int lost) {
+    if (!settings_.in_process_allowed || settings_.budget == nullptr || settings_.store == nullptr ||
+        settings_.peers == nullptr || lost < 0)
+      return false;
+    const int next = generation_ + 1;
+    try {
+      if (!in_process_recovery_announced(*settings_.store, settings_.run_id)) return false;
+      if (node_of_rank_.empty()) node_of_rank_ = rank_nodes();
+      std::vector<int> survivors, nodes_after;
+      for (size_t r = 0; r < node_of_rank_.size(); ++r)
+        if (node_of_rank_[r] != lost) survivors.push_back(static_cast<int>(r)), nodes_after.push_back(node_of_rank_[r]);
+      const int live = static_cast<int>(std::set<int>(nodes_after.begin(), nodes_after.end()).size());
+      if (live < std::max(1, settings_.min_nnodes)) return false;
+      const std::optional<int> used = settings_.budget->claim(next);
+      if (!used) return false;
+      RestartRecord record{next, -1, peer_.reason, 1, failure_unix_ms_, last_step()};
+      settings_.budget->publish_record(record);
+      write_surviving_ranks(*settings_.store, settings_.run_id, next, survivors);
+      write_current_generation(*settings_.store, settings_.run_id, next);
+      say(peer_.reason + "; going on in process with " + std::to_string(survivors.size()) +
+          (survivors.size() == 1 ? " rank on " : " ranks on ") +
+          std::to_string(live) + (live == 1 ? " node" : " nodes") + " (restart " + std::to_string(*used) + " of " +
+          std::to_string(settings_.budget->max()) + ")");
+      for (auto& [original, current] : current_rank_) {
+        const auto at = std::find(survivors.begin(), survivors.end(), current);
+        current = static_cast<int>(at - survivors.begin());
+      }
+      node_of_rank_ = nodes_after;
+    } catch (const Error& e) {
+      say(peer_.reason + "; cannot go on in process (" + e.what() + ")");
+      return false;
+    }
+    generation_ = next;
+    shrunk_ = true;
+    peers_->forget(lost);
+    peer_ = PeerFailure{};
+    return true;
+  }
+
+  // The node of every rank of this generation, from the rendezvous' node sizes.
+  std::vector<int> rank_nodes() const {
+    std::vector<int> out;
+    for (int node = 0; node < settings_.nnodes; ++node) {
+      const std::string key = "node/" + std::to_string(node) + "/nproc";
+      const int nproc = static_cast<int>(parse_int(settings_.peers->get(key, Millis{1000}), key, 1, 1'000'000));
+      out.insert(out.end(), static_cast<size_t>(nproc), node);
+    }
+    return out;
   }
 
   void on_signal(int sig) {
@@ -151,6 +209,7 @@ class Supervisor {
     if (!failure) return;
     peer_ = *failure;
     failure_unix_ms_ = unix_ms_now();
+    if (peer_.lost && try_shrink(peer_.node)) return;
     if (peer_.lost) {
       // Nobody else will tell the job: this node publishes the loss as its own failure.
       begin_stop(Cause::kPeer, SIGTERM);
@@ -183,7 +242,11 @@ class Supervisor {
     std::vector<WatchedWorker> watched;
     for (const RunningWorker& w : group_.running_workers()) {
       const auto it = spawned_in_.find(w.rank);
-      watched.push_back(WatchedWorker{w.rank, w.pid, it == spawned_in_.end() ? settings_.generation : it->second});
+      const auto now_rank = current_rank_.find(w.rank);
+      if (shrunk_ && now_rank != current_rank_.end())
+        watched.push_back(WatchedWorker{now_rank->second, w.pid, generation_});
+      else
+        watched.push_back(WatchedWorker{w.rank, w.pid, it == spawned_in_.end() ? settings_.generation : it->second});
     }
     hung_ = monitor_->poll(watched, generation_, now);
     if (!hung_.empty()) begin_stop(Cause::kHang, SIGTERM);
@@ -252,6 +315,9 @@ class Supervisor {
   std::unique_ptr<PeerWatch> peers_;
   std::unique_ptr<HeartbeatMonitor> monitor_;
   Clock::time_point next_generation_check_{};
+  bool shrunk_ = false;                // a lost node's ranks dropped out in process
+  std::vector<int> node_of_rank_;      // this generation's rank -> node (after a shrink: the survivors')
+  std::map<int, int> current_rank_;    // local workers: rank at launch -> rank now
   int generation_;
   std::map<int, int> spawned_in_;  // rank -> generation of an in-process replacement
   Cause cause_ = Cause::kNone;

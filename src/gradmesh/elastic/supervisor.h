@@ -45,6 +45,7 @@ struct GroupOutcome {
 struct SupervisorSettings {
   int node_rank = 0;
   int nnodes = 1;
+  int min_nnodes = 0;  // elastic MIN (0 = nnodes): the fewest nodes an in-process shrink may leave
   std::chrono::milliseconds grace_period{10'000};
   // The generation's agent key space shared by all nodes; nullptr on one node.
   comm::Store* peers = nullptr;

@@ -1,5 +1,6 @@
 #include "gradmesh/train/in_process_recovery.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "gradmesh/core/clock.h"
@@ -26,7 +27,7 @@ InProcessRecovery::InProcessRecovery(comm::WorkerEnvironment env, comm::ProcessG
   elastic::announce_in_process_recovery(*store_, run_id_of(env_));
 }
 
-std::shared_ptr<comm::ProcessGroup> InProcessRecovery::rejoin() {
+std::shared_ptr<comm::ProcessGroup> InProcessRecovery::rejoin(const std::function<void()>& waiting) {
   const comm::Millis timeout = options_.timeout.value_or(env_comm_timeout());
   const double deadline = now_seconds() + std::chrono::duration<double>(timeout).count();
   int next = env_.generation;
@@ -38,7 +39,19 @@ std::shared_ptr<comm::ProcessGroup> InProcessRecovery::rejoin() {
       throw_error(ErrorKind::kComm, "in-process recovery of generation " + std::to_string(env_.generation),
                   "the launcher published no new generation within " + seconds_text(timeout) +
                       " (is this worker running under gradmesh launch?)");
+    if (waiting) waiting();
     std::this_thread::sleep_for(kPollInterval);
+  }
+  if (const std::optional<std::vector<int>> survivors = elastic::read_surviving_ranks(*store_, run_id_of(env_), next)) {
+    const auto at = std::find(survivors->begin(), survivors->end(), env_.rank);
+    if (at == survivors->end())
+      throw_error(ErrorKind::kComm, "in-process recovery of generation " + std::to_string(next),
+                  "rank " + std::to_string(env_.rank) + " is not among the ranks that go on");
+    const int old_rank = env_.rank;
+    env_.rank = static_cast<int>(at - survivors->begin());
+    env_.world_size = static_cast<int>(survivors->size());
+    log_info("a node was lost: rank " + std::to_string(old_rank) + " goes on as rank " + std::to_string(env_.rank) +
+             " of " + std::to_string(env_.world_size));
   }
   env_.generation = next;
   log_info("rejoining the job as rank " + std::to_string(env_.rank) + " of generation " + std::to_string(next));

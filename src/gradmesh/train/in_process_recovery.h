@@ -8,6 +8,7 @@
 // no step is lost and nothing is read from disk.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,9 +29,12 @@ class InProcessRecovery {
   int generation() const { return env_.generation; }
 
   // After the group of the current generation broke: waits (at most the
-  // group's timeout) until the launcher published a newer generation, then
-  // forms its group. Error(kComm) when none comes.
-  std::shared_ptr<comm::ProcessGroup> rejoin();
+  // group's timeout, calling `waiting` at every poll) until the launcher
+  // published a newer generation, then forms its group: with the same ranks
+  // after a replacement, or renumbered after a node was lost (the surviving
+  // ranks, in order). Error(kComm) when none comes or this rank is not among
+  // the survivors.
+  std::shared_ptr<comm::ProcessGroup> rejoin(const std::function<void()>& waiting);
 
   // Collective on the new group, for survivors and the replacement alike:
   // the rank whose `state.step` is highest (the lowest such rank) sends its

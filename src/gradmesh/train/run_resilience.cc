@@ -53,9 +53,14 @@ bool RunResilience::can_recover(const Error& failure) const {
 
 std::shared_ptr<comm::ProcessGroup> RunResilience::rejoin() {
   GRADMESH_CHECK(recovery_ != nullptr, "in-process recovery is not enabled");
+  // Alive while waiting (a lost node is only noticed after the launchers' timeout).
+  std::shared_ptr<comm::ProcessGroup> group = recovery_->rejoin([this] {
+    if (heartbeat_) heartbeat_->touch();
+  });
   heartbeat_.reset();  // the failed generation's key; the next step publishes under the new one
-  std::shared_ptr<comm::ProcessGroup> group = recovery_->rejoin();
   generation_ = recovery_->generation();
+  env_.rank = group->rank();
+  env_.world_size = group->size();
   return group;
 }
 
