@@ -5,8 +5,8 @@ The CNN reference workload (examples/cnn.toml, one epoch, global batch 128,
 drop_last: 468 steps, evaluation off) on 2 workers under
 `gradmesh train --nproc-per-node 2` over shared memory, one thread per worker.
 Rank 1 is throttled from outside the process to half a core: a child cgroup
-with cpu.max = "5000 10000" (cgroup v2) or cpu.cfs_quota_us = 5000 per
-10000 us (cgroup v1 cpu controller), whichever is writable here, else a
+with cpu.max = "2500 5000" (cgroup v2) or cpu.cfs_quota_us = 2500 per
+5000 us (cgroup v1 cpu controller), whichever is writable here, else a
 SIGSTOP/SIGCONT duty cycle (20 ms stopped, 20 ms running).
 
 Runs, alternating run after run: unthrottled with straggler = "none",
@@ -25,11 +25,13 @@ import argparse, json, os, signal, statistics, subprocess, sys, tempfile, thread
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADMESH = os.path.join(ROOT, "build", "gradmesh")
 TARGET = 1.3  # throttled rebalance / throttled none
-# Half a core in 10 ms periods: like a core half as fast at the scale of a
-# ~15 ms step. With 100 ms periods the rank runs at full speed for 50 ms and
-# then stops for 50 ms, longer than several steps: no split of a synchronous
-# step can hide a stop longer than the step (--period-us 100000 shows it).
-QUOTA_US, PERIOD_US = 5000, 10000
+# Half a core in 5 ms periods: about three periods per ~15 ms CNN step, the
+# closest a quota comes to a core half as fast. With 10 ms periods a step
+# spans 1.5 periods and the stop lands in compute or in the all-reduce from
+# step to step; with 100 ms periods the rank stops for 50 ms, longer than
+# several steps, which no split of a synchronous step can hide
+# (--period-us 10000 / 100000 show both).
+QUOTA_US, PERIOD_US = 2500, 5000
 
 
 def find_rank_pid(tag, rank, timeout_s=30.0):
