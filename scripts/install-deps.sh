@@ -17,6 +17,7 @@ packages=(
   iproute2                                # network-namespace tests (two emulated hosts)
   libgtest-dev libgmock-dev               # tests
   dataset-fashion-mnist                   # the reference dataset
+  fortunes                                # the default text corpus (gradmesh data prepare-text)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)  # the PyTorch anchor in bench/

@@ -123,3 +123,29 @@ TEST(Cli, MalformedWeightsAreAClearError) {
 
 }  // namespace
 }  // namespace gradmesh::testing
+
+namespace gradmesh::testing {
+namespace {
+
+// The default corpus is Debian's fortunes (scripts/install-deps.sh installs it).
+TEST(Cli, PrepareTextTokenisesTheFortunesCorpus) {
+  if (!std::filesystem::exists("/usr/share/games/fortunes/fortunes"))
+    GTEST_SKIP() << "Debian's fortunes package is not installed";
+  TempDir dir;
+  CommandResult r = run_gradmesh("data prepare-text --output tokens --vocab char --val-fraction 0.1", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("validation tokens, vocabulary of"), std::string::npos) << r.out;
+  const auto train = std::filesystem::file_size(dir.file("tokens/train.bin"));
+  const auto val = std::filesystem::file_size(dir.file("tokens/val.bin"));
+  EXPECT_GT(train, 1'000'000u) << "fortunes holds megabytes of text";
+  EXPECT_NEAR(static_cast<double>(val) / static_cast<double>(train + val), 0.1, 0.001);
+  CommandResult bad = run_gradmesh("data prepare-text --output t2 --input missing.txt", dir.path());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("missing.txt: does not exist"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("t2"))) << "a failed prepare leaves nothing behind";
+  CommandResult usage = run_gradmesh("data prepare-text --output t3 --vocab word", dir.path());
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace gradmesh::testing

@@ -10,6 +10,7 @@
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
 #include "gradmesh/kernels/gemm.h"
@@ -164,6 +165,20 @@ int run_env_docs() {
 
 int run_config_docs() {
   std::fputs(train::config_markdown().c_str(), stdout);
+  return 0;
+}
+
+int run_prepare_text(std::vector<std::string> inputs, const std::string& output, const std::string& vocab,
+                     double val_fraction) {
+  if (inputs.empty()) inputs.push_back("/usr/share/games/fortunes");  // Debian's fortunes package
+  data::PrepareTextOptions o;
+  o.inputs = std::move(inputs);
+  o.kind = vocab == "char" ? data::Vocabulary::kChar : data::Vocabulary::kByte;
+  o.val_fraction = val_fraction;
+  const data::TokenSet tokens = data::tokenize_text(o);
+  data::write_token_set(tokens, output);
+  std::printf("%s: %zu training and %zu validation tokens, vocabulary of %d (%s)\n", output.c_str(),
+              tokens.train.size(), tokens.val.size(), tokens.vocab_size, vocab.c_str());
   return 0;
 }
 

@@ -20,4 +20,9 @@ int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
 int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_bytes, int iters, bool json);
 int run_config_docs();
 
+// `gradmesh data prepare-text`: tokenises the inputs (default
+// /usr/share/games/fortunes) into `output` and prints what it wrote.
+int run_prepare_text(std::vector<std::string> inputs, const std::string& output, const std::string& vocab,
+                     double val_fraction);
+
 }  // namespace gradmesh::cli

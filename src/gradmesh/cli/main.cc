@@ -76,6 +76,20 @@ int main(int argc, char** argv) {
   bench_comm->add_option("--iters", comm_iters, "Timed all-reduces per size (0: by size)")->capture_default_str()->check(CLI::Range(0, 1000000));
   bench_comm->add_flag("--json", comm_json, "One JSON object per size instead of the table");
 
+  CLI::App* data = app.add_subcommand("data", "Prepare datasets");
+  data->require_subcommand(1);
+  CLI::App* prepare_text = data->add_subcommand("prepare-text", "Tokenise text files for language models");
+  std::vector<std::string> text_inputs;
+  std::string text_output, text_vocab = "byte";
+  double val_fraction = 0.1;
+  prepare_text->add_option("--input", text_inputs, "Text files or directories (default: Debian's fortunes)")
+      ->type_name("PATH");
+  prepare_text->add_option("--output", text_output, "Directory for vocab.json, train.bin and val.bin")->required();
+  prepare_text->add_option("--vocab", text_vocab, "byte (256 tokens) or char (the corpus' characters)")
+      ->capture_default_str()->check(CLI::IsMember({"byte", "char"}));
+  prepare_text->add_option("--val-fraction", val_fraction, "Share of the tokens kept for validation (the end)")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.5));
+
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
   CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
@@ -101,6 +115,7 @@ int main(int argc, char** argv) {
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
     if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
+    if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
     if (*launch) return gradmesh::cli::run_launch(launch_args);
