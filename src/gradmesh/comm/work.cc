@@ -1,6 +1,12 @@
 #include "gradmesh/comm/work.h"
 
+#include "gradmesh/core/error.h"
+
 namespace gradmesh::comm {
+
+void Work::wait_or_throw(Millis timeout) {
+  if (!wait(timeout)) throw_error(ErrorKind::kTimeout, description_, "did not complete within its timeout");
+}
 
 bool Work::wait(Millis timeout) {
   std::unique_lock<std::mutex> lock(mutex_);

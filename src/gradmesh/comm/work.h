@@ -23,6 +23,8 @@ class Work {
   // it completed; throws its error (Error kComm/kTimeout) if it failed; returns
   // false on timeout (the operation may still complete later).
   bool wait(Millis timeout = kDefaultTimeout);
+  // wait(), with a timeout an error too: Error(kTimeout) naming the operation.
+  void wait_or_throw(Millis timeout = kDefaultTimeout);
   bool completed() const;
   std::exception_ptr error() const;
   // Seconds between start() and finish() (0 until finished).

@@ -9,10 +9,6 @@
 namespace gradmesh::parallel {
 namespace {
 
-void wait_for(const std::shared_ptr<comm::Work>& work) {
-  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
-}
-
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -50,13 +46,13 @@ std::vector<std::string> allgather_strings(comm::ProcessGroup& group, const std:
   const int n = group.size();
   Tensor length = Tensor::full({1}, static_cast<float>(mine.size()));
   Tensor lengths = Tensor::empty({n});
-  wait_for(group.allgather(length, lengths));
+  group.allgather(length, lengths)->wait_or_throw();
   int64_t longest = 0;
   for (int r = 0; r < n; ++r) longest = std::max(longest, static_cast<int64_t>(lengths.data()[r]));
   Tensor bytes = Tensor::zeros({std::max<int64_t>(longest, 1)});
   for (size_t i = 0; i < mine.size(); ++i) bytes.data()[i] = static_cast<float>(static_cast<unsigned char>(mine[i]));
   Tensor all = Tensor::empty({n * bytes.numel()});
-  wait_for(group.allgather(bytes, all));
+  group.allgather(bytes, all)->wait_or_throw();
   std::vector<std::string> out(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     const auto len = static_cast<size_t>(lengths.data()[r]);
@@ -71,12 +67,12 @@ std::string broadcast_string(comm::ProcessGroup& group, const std::string& text,
   comm::BroadcastOptions options;
   options.root = root;
   Tensor length = Tensor::full({1}, static_cast<float>(text.size()));
-  wait_for(group.broadcast(length, options));
+  group.broadcast(length, options)->wait_or_throw();
   const auto len = static_cast<size_t>(length.data()[0]);
   Tensor bytes = Tensor::zeros({static_cast<int64_t>(std::max<size_t>(len, 1))});
   if (group.rank() == root)
     for (size_t i = 0; i < len; ++i) bytes.data()[i] = static_cast<float>(static_cast<unsigned char>(text[i]));
-  wait_for(group.broadcast(bytes, options));
+  group.broadcast(bytes, options)->wait_or_throw();
   std::string out(len, '\0');
   for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>(static_cast<int>(bytes.data()[i]));
   return out;
@@ -105,7 +101,7 @@ void check_start_agreement(comm::ProcessGroup& group, const StartState& mine) {
 void broadcast_parameters(comm::ProcessGroup& group, nn::Model& model) {
   comm::BroadcastOptions options;
   options.root = 0;
-  wait_for(group.broadcast(model.flat_params(), options));
+  group.broadcast(model.flat_params(), options)->wait_or_throw();
 }
 
 }  // namespace gradmesh::parallel

@@ -76,7 +76,7 @@ std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const Phas
   local.data()[kPhaseCount + 2] = static_cast<float>(mine.samples);  // exact below 2^24 per log interval
   Tensor all = Tensor::empty({n * kFields});
   auto work = group->allgather(local, all);
-  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
+  work->wait_or_throw();
   std::vector<PhaseTimes> out(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     const float* src = all.data() + r * kFields;

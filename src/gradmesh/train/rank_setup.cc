@@ -174,7 +174,7 @@ EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, 
   Tensor sums = Tensor::from_vector({3}, {static_cast<float>(r.loss_sum), static_cast<float>(r.correct),
                                           static_cast<float>(r.samples)});
   auto work = group->allreduce(sums);
-  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
+  work->wait_or_throw();
   r.loss_sum = sums.data()[0];
   r.correct = static_cast<int64_t>(std::lround(sums.data()[1]));
   r.samples = static_cast<int64_t>(std::lround(sums.data()[2]));

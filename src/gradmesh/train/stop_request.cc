@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "gradmesh/core/error.h"
 
@@ -43,8 +44,7 @@ void StopVote::begin_step() {
 
 bool StopVote::finish_step() {
   if (!work_) return local_;
-  const std::shared_ptr<comm::Work> work = std::move(work_);
-  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
+  std::exchange(work_, nullptr)->wait_or_throw();
   return flag_.data()[0] > 0;
 }
 

@@ -24,10 +24,6 @@ std::string parameter_names(const nn::Model& model) {
   return names;
 }
 
-void wait_or_throw(const std::shared_ptr<comm::Work>& work) {
-  if (!work->wait()) throw_error(ErrorKind::kTimeout, work->description(), "did not complete within its timeout");
-}
-
 }  // namespace
 
 checkpoint::Snapshot take_snapshot(const nn::Model& model, optim::Optimizer& optimizer,
@@ -96,8 +92,8 @@ void broadcast_training_state(comm::ProcessGroup& group, int root, nn::Model& mo
                               checkpoint::TrainerState& state) {
   comm::BroadcastOptions options;
   options.root = root;
-  wait_or_throw(group.broadcast(model.flat_params(), options));
-  for (auto& [name, buffer] : optimizer.state()) wait_or_throw(group.broadcast(buffer, options));
+  group.broadcast(model.flat_params(), options)->wait_or_throw();
+  for (auto& [name, buffer] : optimizer.state()) group.broadcast(buffer, options)->wait_or_throw();
   const std::string text = parallel::broadcast_string(group, checkpoint::trainer_state_json(state), root);
   if (group.rank() != root) state = checkpoint::parse_trainer_state(text, "trainer state from rank " + std::to_string(root));
 }
