@@ -79,10 +79,14 @@ std::unique_ptr<HeartbeatPublisher> HeartbeatPublisher::from_environment(std::sh
                                                     "environment variable GRADMESH_GENERATION", 0, 1'000'000));
   const std::optional<int64_t> rank = env_int("RANK", 0, 1'000'000);
   if (!rank) return nullptr;
+  return std::make_unique<HeartbeatPublisher>(std::move(store), run_id, generation, static_cast<int>(*rank),
+                                              heartbeat_interval_from_environment());
+}
+
+std::chrono::milliseconds heartbeat_interval_from_environment() {
   const double seconds = parse_double(env_string("GRADMESH_HEARTBEAT_INTERVAL"),
                                       "environment variable GRADMESH_HEARTBEAT_INTERVAL", 0.01, 3600);
-  const std::chrono::milliseconds interval(std::llround(seconds * 1000));
-  return std::make_unique<HeartbeatPublisher>(std::move(store), run_id, generation, static_cast<int>(*rank), interval);
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 }  // namespace gradmesh::elastic

@@ -75,4 +75,8 @@ class HeartbeatPublisher {
   std::thread thread_;
 };
 
+// GRADMESH_HEARTBEAT_INTERVAL (seconds, default 1) as milliseconds; a
+// malformed value is Error(kUsage) naming the variable.
+std::chrono::milliseconds heartbeat_interval_from_environment();
+
 }  // namespace gradmesh::elastic

@@ -11,6 +11,7 @@
 #include <vector>
 #include <string_view>
 
+#include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
@@ -30,10 +31,6 @@ constexpr Millis kPeerCheckInterval{500};
 constexpr Millis kHeartbeatPollInterval{500};
 
 std::string workers_text(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 class Supervisor {
  public:
@@ -69,7 +66,7 @@ class Supervisor {
     cause_ = cause;
     stop_signal_ = sig;
     stopping_ = true;
-    if (failure_unix_ms_ == 0) failure_unix_ms_ = unix_ms_now();
+    if (failure_unix_ms_ == 0) failure_unix_ms_ = unix_millis();
     others_stopped_ = group_.running();
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
@@ -102,7 +99,7 @@ class Supervisor {
       if (!in_process_recovery_announced(*settings_.store, settings_.run_id)) return false;
       const std::optional<int> used = settings_.budget->claim(next);
       if (!used) return false;  // budget spent: stop the group as for any failure
-      RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_ms_now(), last_step()};
+      RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_millis(), last_step()};
       settings_.budget->publish_record(record);
       write_current_generation(*settings_.store, settings_.run_id, next);
       say(what + "; replacing it in place (restart " + std::to_string(*used) + " of " +
@@ -208,7 +205,7 @@ class Supervisor {
     const std::optional<PeerFailure> failure = peers_->poll(now);
     if (!failure) return;
     peer_ = *failure;
-    failure_unix_ms_ = unix_ms_now();
+    failure_unix_ms_ = unix_millis();
     if (peer_.lost && try_shrink(peer_.node)) return;
     if (peer_.lost) {
       // Nobody else will tell the job: this node publishes the loss as its own failure.

@@ -18,20 +18,20 @@ namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{20};
 
-std::string run_id_of(const comm::WorkerEnvironment& env) { return env.run_id.empty() ? "run" : env.run_id; }
-
 }  // namespace
 
-InProcessRecovery::InProcessRecovery(comm::WorkerEnvironment env, comm::ProcessGroupOptions options)
-    : env_(std::move(env)), options_(std::move(options)), store_(comm::open_store(env_.store_endpoint)) {
-  elastic::announce_in_process_recovery(*store_, run_id_of(env_));
+InProcessRecovery::InProcessRecovery(comm::WorkerEnvironment env, comm::ProcessGroupOptions options,
+                                     std::shared_ptr<comm::Store> store)
+    : env_(std::move(env)), options_(std::move(options)), store_(std::move(store)) {
+  GRADMESH_CHECK(!env_.run_id.empty(), "in-process recovery needs the run id gradmesh launch sets");
+  elastic::announce_in_process_recovery(*store_, env_.run_id);
 }
 
 std::shared_ptr<comm::ProcessGroup> InProcessRecovery::rejoin(const std::function<void()>& waiting) {
   const comm::Millis timeout = options_.timeout.value_or(env_comm_timeout());
   const double deadline = now_seconds() + std::chrono::duration<double>(timeout).count();
   int next = env_.generation;
-  while ((next = elastic::read_current_generation(*store_, run_id_of(env_))) <= env_.generation) {
+  while ((next = elastic::read_current_generation(*store_, env_.run_id)) <= env_.generation) {
     if (stop_signal_received())
       throw_error(ErrorKind::kComm, "in-process recovery of generation " + std::to_string(env_.generation),
                   "SIGTERM arrived while waiting for the replacement; giving up");
@@ -42,7 +42,7 @@ std::shared_ptr<comm::ProcessGroup> InProcessRecovery::rejoin(const std::functio
     if (waiting) waiting();
     std::this_thread::sleep_for(kPollInterval);
   }
-  if (const std::optional<std::vector<int>> survivors = elastic::read_surviving_ranks(*store_, run_id_of(env_), next)) {
+  if (const std::optional<std::vector<int>> survivors = elastic::read_surviving_ranks(*store_, env_.run_id, next)) {
     const auto at = std::find(survivors->begin(), survivors->end(), env_.rank);
     if (at == survivors->end())
       throw_error(ErrorKind::kComm, "in-process recovery of generation " + std::to_string(next),

@@ -23,8 +23,9 @@ namespace gradmesh::train {
 
 class InProcessRecovery {
  public:
-  // `env`: how this worker was started. Announces the mode to the launcher.
-  InProcessRecovery(comm::WorkerEnvironment env, comm::ProcessGroupOptions options);
+  // `env`: how this worker was started; `store`: the run's store (not
+  // namespaced). Announces the mode to the launcher.
+  InProcessRecovery(comm::WorkerEnvironment env, comm::ProcessGroupOptions options, std::shared_ptr<comm::Store> store);
 
   int generation() const { return env_.generation; }
 

@@ -1,26 +1,11 @@
 #include "gradmesh/train/run_resilience.h"
 
-#include <chrono>
-#include <cmath>
-
-#include "gradmesh/core/env.h"
-#include "gradmesh/core/parse_number.h"
-
+#include "gradmesh/core/clock.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/obs/json_object.h"
 #include "gradmesh/train/rank_setup.h"
 
 namespace gradmesh::train {
-namespace {
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string run_id_of(const comm::WorkerEnvironment& env) { return env.run_id.empty() ? "run" : env.run_id; }
-
-}  // namespace
 
 RunResilience::RunResilience(const Config& config, const RunOptions& options) : config_(config) {
   generation_ = options.generation;
@@ -34,17 +19,15 @@ RunResilience::RunResilience(const Config& config, const RunOptions& options) : 
     comm::ProcessGroupOptions group_options;
     group_options.backend = config_.parallel.backend;
     group_options.timeout = collective_timeout(config_.parallel);
-    recovery_ = std::make_unique<InProcessRecovery>(env_, group_options);
+    recovery_ = std::make_unique<InProcessRecovery>(env_, group_options, store_);
   }
 }
 
 RunResilience::~RunResilience() = default;
 
 std::unique_ptr<elastic::HeartbeatPublisher> RunResilience::publisher() const {
-  const std::string interval = env_string("GRADMESH_HEARTBEAT_INTERVAL");
-  const double seconds = interval.empty() ? 1.0 : parse_double(interval, "environment variable GRADMESH_HEARTBEAT_INTERVAL", 0.01, 3600);
-  return std::make_unique<elastic::HeartbeatPublisher>(store_, run_id_of(env_), generation_, env_.rank,
-                                                       std::chrono::milliseconds(std::llround(seconds * 1000)));
+  return std::make_unique<elastic::HeartbeatPublisher>(store_, env_.run_id, generation_, env_.rank,
+                                                       elastic::heartbeat_interval_from_environment());
 }
 
 bool RunResilience::can_recover(const Error& failure) const {
@@ -72,14 +55,13 @@ int RunResilience::hand_over(comm::ProcessGroup& group, bool have_state, nn::Mod
   return recovery_->hand_over(group, have_state, model, optimizer, state, run_dir);
 }
 
-void RunResilience::started(comm::ProcessGroup* world, int64_t step, obs::JsonlWriter* metrics) {
-  (void)world;
+void RunResilience::started(int64_t step, obs::JsonlWriter* metrics) {
   metrics_ = metrics;
   restart_step_ = step;
   pending_.reset();
   if (!launched_ || generation_ == 0 || metrics == nullptr) return;
   try {
-    pending_ = elastic::read_restart_record(*store_, run_id_of(env_), generation_);
+    pending_ = elastic::read_restart_record(*store_, env_.run_id, generation_);
   } catch (const Error& e) {
     log_warn(std::string("cannot read why this generation started: ") + e.what());
   }
@@ -105,7 +87,7 @@ void RunResilience::report_restart() {
       .add("cause", r.cause).add("exit_code", r.exit_code)
       .add("recovery", recovery_ ? "in-process" : "restart")
       .add("resumed_at_step", restart_step_)
-      .add("seconds_to_first_step", static_cast<double>(unix_ms() - r.failure_unix_ms) / 1e3);
+      .add("seconds_to_first_step", static_cast<double>(unix_millis() - r.failure_unix_ms) / 1e3);
   // Steps trained before the failure that had to be trained again.
   if (r.last_step >= 0) line.add("steps_lost", std::max<int64_t>(0, r.last_step - restart_step_));
   metrics_->write(line);

@@ -38,7 +38,7 @@ class RunResilience {
 
   // The run (re)starts training at `step` in the current generation; rank 0
   // passes its metrics writer (others null) to report the restart after the first step.
-  void started(comm::ProcessGroup* world, int64_t step, obs::JsonlWriter* metrics);
+  void started(int64_t step, obs::JsonlWriter* metrics);
   // A step completed: heartbeat, and the restart event after the first one.
   void stepped(int64_t step);
   // Alive without a new step (evaluation).

@@ -259,7 +259,7 @@ void TrainingRun::open_outputs() {
   checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
                                                     leader_, now_seconds());
   if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
-  resilience_.started(world_, s_.step, metrics_.get());
+  resilience_.started(s_.step, metrics_.get());
 }
 
 // Continue where `state` says: the same step, the same place in the global sample order.
@@ -335,7 +335,7 @@ void TrainingRun::recover(const std::string& failure) {
   s_.window = PhaseTimes{};
   s_.window_samples = 0;
   s_.window_start = now_seconds();
-  resilience_.started(world_, s_.step, metrics_.get());
+  resilience_.started(s_.step, metrics_.get());
 }
 
 void TrainingRun::run_epoch(int64_t epoch) {
