@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 
 #include "gradmesh/comm/gloo/slots.h"
+#include "gradmesh/comm/gloo/unbound_waits.h"
 #include "gradmesh/core/bf16.h"
 
 namespace gradmesh::comm::gloo_backend {
@@ -16,13 +16,7 @@ namespace {
 
 using Buffer = gloo::transport::UnboundBuffer;
 
-void wait_recv(Buffer& buffer, std::chrono::milliseconds timeout) {
-  if (!buffer.waitRecv(timeout)) throw std::runtime_error("bf16 ring receive was aborted");
-}
-
-void wait_send(Buffer& buffer, std::chrono::milliseconds timeout) {
-  if (!buffer.waitSend(timeout)) throw std::runtime_error("bf16 ring send was aborted");
-}
+constexpr const char* kRing = "bf16 ring";
 
 size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(uint16_t); }
 
@@ -76,24 +70,26 @@ void bf16_ring_reduce_scatter(gloo::Context& context, const uint16_t* in, const 
   // Step 0 sends this rank's own value straight from the input.
   std::unique_ptr<Buffer> input = context.createUnboundBuffer(const_cast<uint16_t*>(in), bytes_of(chunks.count()));
   const int left = ring(rank - 1), right = ring(rank + 1);
-  for (int step = 0; step < n - 1; ++step) {
-    const int sent = ring(rank - step - 1), received = ring(rank - step - 2);
-    const int64_t sent_count = chunks.size(sent), received_count = chunks.size(received);
-    Buffer& incoming = *half_buffer[step % 2];
-    Buffer& outgoing = step == 0 ? *input : *half_buffer[(step + 1) % 2];
-    const size_t sent_offset = step == 0 ? bytes_of(chunks.begin(sent)) : 0;
-    if (received_count > 0) incoming.recv(left, slot, 0, bytes_of(received_count));
-    if (sent_count > 0) outgoing.send(right, slot, sent_offset, bytes_of(sent_count));
-    if (received_count > 0) {
-      wait_recv(incoming, wait_timeout);
-      const uint16_t* own = in + chunks.begin(received);
-      const bool last = step == n - 2;  // received == rank: the partial is final after this rank's value
-      const float divisor = last && op == ReduceOp::kAvg ? static_cast<float>(n) : 1.0f;
-      combine_hop(half[step % 2], own, last ? out : half[step % 2], received_count, op, divisor);
+  parking_buffers_on_error({&half_buffer[0], &half_buffer[1], &input}, [&] {
+    for (int step = 0; step < n - 1; ++step) {
+      const int sent = ring(rank - step - 1), received = ring(rank - step - 2);
+      const int64_t sent_count = chunks.size(sent), received_count = chunks.size(received);
+      Buffer& incoming = *half_buffer[step % 2];
+      Buffer& outgoing = step == 0 ? *input : *half_buffer[(step + 1) % 2];
+      const size_t sent_offset = step == 0 ? bytes_of(chunks.begin(sent)) : 0;
+      if (received_count > 0) incoming.recv(left, slot, 0, bytes_of(received_count));
+      if (sent_count > 0) outgoing.send(right, slot, sent_offset, bytes_of(sent_count));
+      if (received_count > 0) {
+        wait_recv_or_throw(incoming, wait_timeout, kRing);
+        const uint16_t* own = in + chunks.begin(received);
+        const bool last = step == n - 2;  // received == rank: the partial is final after this rank's value
+        const float divisor = last && op == ReduceOp::kAvg ? static_cast<float>(n) : 1.0f;
+        combine_hop(half[step % 2], own, last ? out : half[step % 2], received_count, op, divisor);
+      }
+      // The half just sent receives in the next step: its send must be done.
+      if (sent_count > 0) wait_send_or_throw(outgoing, wait_timeout, kRing);
     }
-    // The half just sent receives in the next step: its send must be done.
-    if (sent_count > 0) wait_send(outgoing, wait_timeout);
-  }
+  });
 }
 
 void bf16_ring_allgather(gloo::Context& context, uint16_t* data, const RingChunks& chunks, uint64_t slot,
@@ -106,14 +102,16 @@ void bf16_ring_allgather(gloo::Context& context, uint16_t* data, const RingChunk
   std::unique_ptr<Buffer> outgoing = context.createUnboundBuffer(data, bytes_of(chunks.count()));
   std::unique_ptr<Buffer> incoming = context.createUnboundBuffer(data, bytes_of(chunks.count()));
   const int left = ring(rank - 1), right = ring(rank + 1);
-  for (int step = 0; step < n - 1; ++step) {
-    const int sent = ring(rank - step), received = ring(rank - step - 1);
-    const int64_t sent_count = chunks.size(sent), received_count = chunks.size(received);
-    if (received_count > 0) incoming->recv(left, slot, bytes_of(chunks.begin(received)), bytes_of(received_count));
-    if (sent_count > 0) outgoing->send(right, slot, bytes_of(chunks.begin(sent)), bytes_of(sent_count));
-    if (received_count > 0) wait_recv(*incoming, wait_timeout);
-    if (sent_count > 0) wait_send(*outgoing, wait_timeout);
-  }
+  parking_buffers_on_error({&outgoing, &incoming}, [&] {
+    for (int step = 0; step < n - 1; ++step) {
+      const int sent = ring(rank - step), received = ring(rank - step - 1);
+      const int64_t sent_count = chunks.size(sent), received_count = chunks.size(received);
+      if (received_count > 0) incoming->recv(left, slot, bytes_of(chunks.begin(received)), bytes_of(received_count));
+      if (sent_count > 0) outgoing->send(right, slot, bytes_of(chunks.begin(sent)), bytes_of(sent_count));
+      if (received_count > 0) wait_recv_or_throw(*incoming, wait_timeout, kRing);
+      if (sent_count > 0) wait_send_or_throw(*outgoing, wait_timeout, kRing);
+    }
+  });
 }
 
 void bf16_ring_allreduce(gloo::Context& context, uint16_t* data, int64_t count, ReduceOp op,

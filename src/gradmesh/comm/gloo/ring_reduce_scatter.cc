@@ -5,22 +5,16 @@
 
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 
 #include "gradmesh/comm/gloo/bf16_ring.h"
 #include "gradmesh/comm/gloo/slots.h"
+#include "gradmesh/comm/gloo/unbound_waits.h"
 #include "gradmesh/comm/reduce.h"
 
 namespace gradmesh::comm::gloo_backend {
 namespace {
 
-void wait_recv(gloo::transport::UnboundBuffer& buffer, std::chrono::milliseconds timeout) {
-  if (!buffer.waitRecv(timeout)) throw std::runtime_error("reduce-scatter receive was aborted");
-}
-
-void wait_send(gloo::transport::UnboundBuffer& buffer, std::chrono::milliseconds timeout) {
-  if (!buffer.waitSend(timeout)) throw std::runtime_error("reduce-scatter send was aborted");
-}
+constexpr const char* kCollective = "reduce-scatter";
 
 void f32_ring_reduce_scatter(gloo::Context& context, const float* in, float* out, int64_t count, ReduceOp op,
                              std::chrono::milliseconds wait_timeout, std::vector<float>& scratch) {
@@ -39,16 +33,18 @@ void f32_ring_reduce_scatter(gloo::Context& context, const float* in, float* out
       context.createUnboundBuffer(const_cast<float*>(chunk(ring(rank - 1))), partial_bytes);
 
   const int left = ring(rank - 1), right = ring(rank + 1);
-  for (int step = 0; step < n - 1; ++step) {
-    gloo::transport::UnboundBuffer& incoming = *half_buffer[step % 2];
-    gloo::transport::UnboundBuffer& outgoing = step == 0 ? *first_send : *half_buffer[(step + 1) % 2];
-    incoming.recv(left, kReduceScatterSlot);
-    outgoing.send(right, kReduceScatterSlot);
-    wait_recv(incoming, wait_timeout);
-    combine_into(half[step % 2], chunk(ring(rank - step - 2)), count, DType::kF32, op);
-    // The half just sent receives in the next step: its send must be done.
-    wait_send(outgoing, wait_timeout);
-  }
+  parking_buffers_on_error({&half_buffer[0], &half_buffer[1], &first_send}, [&] {
+    for (int step = 0; step < n - 1; ++step) {
+      gloo::transport::UnboundBuffer& incoming = *half_buffer[step % 2];
+      gloo::transport::UnboundBuffer& outgoing = step == 0 ? *first_send : *half_buffer[(step + 1) % 2];
+      incoming.recv(left, kReduceScatterSlot);
+      outgoing.send(right, kReduceScatterSlot);
+      wait_recv_or_throw(incoming, wait_timeout, kCollective);
+      combine_into(half[step % 2], chunk(ring(rank - step - 2)), count, DType::kF32, op);
+      // The half just sent receives in the next step: its send must be done.
+      wait_send_or_throw(outgoing, wait_timeout, kCollective);
+    }
+  });
   float* result = half[(n - 2) % 2];
   if (op == ReduceOp::kAvg) divide_buffer(result, count, static_cast<float>(n));
   std::memcpy(out, result, partial_bytes);
