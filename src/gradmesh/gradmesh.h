@@ -1,0 +1,56 @@
+// gradmesh's public surface in one include, for programs built against an
+// installed gradmesh (docs/library.md; examples/custom_model/ uses only this).
+//
+// What is here: tensors, errors and the counter-based RNG; autograd (variables,
+// the tape, differentiable ops); modules, layers, built-in models and the
+// flat-parameter Model; optimizers, learning-rate schedules and clipping;
+// datasets and the prefetching loader; stores, process groups and joining the
+// job `gradmesh launch` (or mpirun) started; the data-parallel gradient
+// reducer and start-up agreement; safetensors.
+//
+// Everything listed includes only the standard library and other gradmesh
+// headers: no JSON, TOML or Gloo headers reach a program through this file
+// (tests/cli/install_package_test.cc checks it). The config-driven trainer
+// (train/), the launcher (elastic/), observability (obs/) and the backends'
+// internals are installed too, for programs that want them by name.
+#pragma once
+
+#include "gradmesh/config.h"
+
+#include "gradmesh/core/clock.h"
+#include "gradmesh/core/env.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
+#include "gradmesh/core/rng.h"
+#include "gradmesh/core/tensor.h"
+
+#include "gradmesh/kernels/gemm.h"  // set_num_threads: BLAS and kernel threads per process
+
+#include "gradmesh/autograd/ops.h"
+#include "gradmesh/autograd/tape.h"
+#include "gradmesh/autograd/variable.h"
+
+#include "gradmesh/nn/init.h"
+#include "gradmesh/nn/layers.h"
+#include "gradmesh/nn/model.h"
+#include "gradmesh/nn/models.h"
+#include "gradmesh/nn/module.h"
+
+#include "gradmesh/optim/clip.h"
+#include "gradmesh/optim/optimizer.h"
+#include "gradmesh/optim/schedule.h"
+
+#include "gradmesh/data/batch_loader.h"
+#include "gradmesh/data/idx.h"
+#include "gradmesh/data/image_dataset.h"
+#include "gradmesh/data/token_file.h"
+
+#include "gradmesh/comm/environment.h"
+#include "gradmesh/comm/process_group.h"
+#include "gradmesh/comm/store.h"
+#include "gradmesh/comm/work.h"
+
+#include "gradmesh/parallel/gradient_reducer.h"
+#include "gradmesh/parallel/rank_agreement.h"
+
+#include "gradmesh/checkpoint/safetensors.h"
