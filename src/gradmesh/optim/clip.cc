@@ -32,9 +32,18 @@ double sum_squares(const float* x, int64_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+void check_max_norm(float max_norm) {
+  if (!std::isfinite(max_norm) || max_norm <= 0)
+    throw_error(ErrorKind::kConfig, "clip_grad_norm",
+                "max_norm must be finite and > 0, got " + std::to_string(max_norm) +
+                    "; use a positive threshold such as 1.0, or disable clipping");
+}
+
 }  // namespace
 
-double grad_norm(const float* grads, int64_t count) {
+double grad_norm(const float* grads, int64_t count) { return std::sqrt(grad_sq_sum(grads, count)); }
+
+double grad_sq_sum(const float* grads, int64_t count) {
   if (count <= 0) return 0.0;
   const int64_t blocks = (count + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks));
@@ -50,16 +59,19 @@ double grad_norm(const float* grads, int64_t count) {
     compute_pool().parallel_for(0, blocks, 1, [&](int, int64_t lo, int64_t hi) { sum_blocks(lo, hi); });
   double total = 0;
   for (double s : partial) total += s;
-  return std::sqrt(total);
+  return total;
 }
 
 float clip_grad_norm(float* grads, int64_t count, float max_norm) {
-  if (!std::isfinite(max_norm) || max_norm <= 0)
-    throw_error(ErrorKind::kConfig, "clip_grad_norm",
-                "max_norm must be finite and > 0, got " + std::to_string(max_norm) +
-                    "; use a positive threshold such as 1.0, or disable clipping");
+  check_max_norm(max_norm);
   const double norm = grad_norm(grads, count);
-  if (!std::isfinite(norm)) return static_cast<float>(norm);
+  clip_to_norm(grads, count, norm, max_norm);
+  return static_cast<float>(norm);
+}
+
+void clip_to_norm(float* grads, int64_t count, double norm, float max_norm) {
+  check_max_norm(max_norm);
+  if (!std::isfinite(norm)) return;
   const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
   if (coef < 1.0) {
     const float scale = static_cast<float>(coef);
@@ -71,7 +83,6 @@ float clip_grad_norm(float* grads, int64_t count, float max_norm) {
     else
       compute_pool().parallel_for(0, count, kBlock, [&](int, int64_t lo, int64_t hi) { scale_range(lo, hi); });
   }
-  return static_cast<float>(norm);
 }
 
 }  // namespace gradmesh::optim
