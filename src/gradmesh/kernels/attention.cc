@@ -88,56 +88,74 @@ template <class V>
   std::memcpy(p, &v, sizeof(V));
 }
 
-// One register block of tile_product: kRows x kWidth outputs (kWidth 32, 16 or 8).
+// out[r, j] (+)= sum_k a(r, k) * b[k * ldb + j] for r < kBlock, j < cols,
+// k < depth, with a(r, k) = a[r * a_row + k * a_k] (the strides read a
+// transposed tile in place).
+struct TileProduct {
+  const float* a;
+  int64_t a_row, a_k;
+  const float* b;
+  int64_t ldb;
+  float* out;
+  int64_t ldo, cols, depth;
+};
+
+// Terms known to be zero in a diagonal tile, whose masked probabilities are
+// exactly 0: kUpToRow sums only k <= r (a = P or dS, k = key, r = query),
+// kFromRow only k >= r (a = P^T or dS^T). Skipping an exact zero product
+// changes no sum: sums start from +0 or a finite value, never from -0.
+enum class Triangle { kFull, kUpToRow, kFromRow };
+
+// The k range a block of rows [r0, r0 + rows) needs.
+[[gnu::always_inline]] inline int64_t k_begin(Triangle tri, int64_t r0) { return tri == Triangle::kFromRow ? r0 : 0; }
+[[gnu::always_inline]] inline int64_t k_end(Triangle tri, int64_t r0, int64_t rows, int64_t depth) {
+  return tri == Triangle::kUpToRow ? std::min(depth, r0 + rows) : depth;
+}
+
+// One register block: rows [r0, r0 + kRows) x columns [j0, j0 + kWidth) (kWidth 32, 16 or 8).
 template <int kRows, int kWidth, bool kAccumulate>
-[[gnu::always_inline]] inline void product_panel(const float* a, int64_t a_row, int64_t a_k, const float* b,
-                                                 int64_t ldb, int64_t depth, float* out, int64_t ldo) {
+[[gnu::always_inline]] inline void product_panel(const TileProduct& t, Triangle tri, int64_t r0, int64_t j0) {
   using V = std::conditional_t<kWidth >= 16, Vec16, Vec8>;
   constexpr int kStep = sizeof(V) / sizeof(float), kVecs = kWidth / kStep;
+  const float* a = t.a + r0 * t.a_row;
+  float* out = t.out + r0 * t.ldo + j0;
   V acc[kRows][kVecs];
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = kAccumulate ? load<V>(out + r * ldo + v * kStep) : V{};
-  for (int64_t k = 0; k < depth; ++k) {
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = kAccumulate ? load<V>(out + r * t.ldo + v * kStep) : V{};
+  for (int64_t k = k_begin(tri, r0), end = k_end(tri, r0, kRows, t.depth); k < end; ++k) {
     V bk[kVecs];
-    for (int v = 0; v < kVecs; ++v) bk[v] = load<V>(b + k * ldb + v * kStep);
+    for (int v = 0; v < kVecs; ++v) bk[v] = load<V>(t.b + k * t.ldb + j0 + v * kStep);
     for (int r = 0; r < kRows; ++r) {
-      const float av = a[r * a_row + k * a_k];
+      const float av = a[r * t.a_row + k * t.a_k];
       for (int v = 0; v < kVecs; ++v) acc[r][v] += av * bk[v];
     }
   }
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kVecs; ++v) store(out + r * ldo + v * kStep, acc[r][v]);
+    for (int v = 0; v < kVecs; ++v) store(out + r * t.ldo + v * kStep, acc[r][v]);
 }
 
-// Columns [j0, j0 + kWidth * n) of tile_product, n panels of kWidth.
+// Columns [j0, j0 + kWidth * n) in n panels of kWidth; returns where they end.
 template <int kWidth, bool kAccumulate>
-[[gnu::always_inline]] inline int64_t product_panels(const float* a, int64_t a_row, int64_t a_k, const float* b,
-                                                     int64_t ldb, int64_t j0, int64_t cols, int64_t depth, float* out,
-                                                     int64_t ldo) {
-  for (; j0 + kWidth <= cols; j0 += kWidth)
-    for (int64_t r = 0; r < kBlock; r += kPanelRows)
-      product_panel<kPanelRows, kWidth, kAccumulate>(a + r * a_row, a_row, a_k, b + j0, ldb, depth,
-                                                     out + r * ldo + j0, ldo);
+[[gnu::always_inline]] inline int64_t product_panels(const TileProduct& t, Triangle tri, int64_t j0) {
+  for (; j0 + kWidth <= t.cols; j0 += kWidth)
+    for (int64_t r0 = 0; r0 < kBlock; r0 += kPanelRows) product_panel<kPanelRows, kWidth, kAccumulate>(t, tri, r0, j0);
   return j0;
 }
 
-// out[r, j] (+)= sum_k a(r, k) * b[k * ldb + j] for r < kBlock, j < cols, with
-// a(r, k) = a[r * a_row + k * a_k] (the strides read a transposed tile in
-// place). Every output is summed over k in order starting from out (or 0),
-// the sequence a scalar loop performs: attention_decode relies on it.
+// Every output is summed over k in order, starting from out (or 0): the
+// sequence a scalar loop performs, which attention_decode relies on.
 template <bool kAccumulate>
-[[gnu::always_inline]] inline void tile_product(const float* a, int64_t a_row, int64_t a_k, const float* b,
-                                                int64_t ldb, int64_t cols, int64_t depth, float* out, int64_t ldo) {
-  int64_t j0 = product_panels<32, kAccumulate>(a, a_row, a_k, b, ldb, 0, cols, depth, out, ldo);
-  j0 = product_panels<16, kAccumulate>(a, a_row, a_k, b, ldb, j0, cols, depth, out, ldo);
-  j0 = product_panels<8, kAccumulate>(a, a_row, a_k, b, ldb, j0, cols, depth, out, ldo);
-  if (j0 == cols) return;
+[[gnu::always_inline]] inline void tile_product(const TileProduct& t, Triangle tri = Triangle::kFull) {
+  int64_t j0 = product_panels<32, kAccumulate>(t, tri, 0);
+  j0 = product_panels<16, kAccumulate>(t, tri, j0);
+  j0 = product_panels<8, kAccumulate>(t, tri, j0);
+  if (j0 == t.cols) return;
   for (int64_t r = 0; r < kBlock; ++r) {  // the last head_dim % 8 columns
-    float* o = out + r * ldo;
-    if (!kAccumulate) std::fill(o + j0, o + cols, 0.0f);
-    for (int64_t k = 0; k < depth; ++k) {
-      const float av = a[r * a_row + k * a_k];
-      for (int64_t j = j0; j < cols; ++j) o[j] += av * b[k * ldb + j];
+    float* o = t.out + r * t.ldo;
+    if (!kAccumulate) std::fill(o + j0, o + t.cols, 0.0f);
+    for (int64_t k = k_begin(tri, r), end = k_end(tri, r, 1, t.depth); k < end; ++k) {
+      const float av = t.a[r * t.a_row + k * t.a_k];
+      for (int64_t j = j0; j < t.cols; ++j) o[j] += av * t.b[k * t.ldb + j];
     }
   }
 }
@@ -285,12 +303,13 @@ struct ForwardBuffers {
     std::fill(l, l + kBlock, 0.0f);
     std::fill(acc, acc + kBlock * D, 0.0f);
     for (int64_t j0 = 0; j0 <= i0; j0 += kBlock) {  // key blocks past the diagonal are fully masked
-      tile_product<false>(buf.k.data() + j0 * D, D, 1, buf.qt.data() + i0, tp, kBlock, D, pt, kBlock);
+      tile_product<false>({buf.k.data() + j0 * D, D, 1, buf.qt.data() + i0, tp, pt, kBlock, kBlock, D});
+      const Triangle diagonal = j0 == i0 ? Triangle::kUpToRow : Triangle::kFull;
       if (j0 == i0) mask_diagonal_tile_transposed(i0, T, pt);
       softmax_tile(pt, m, l, alpha);
       for (int64_t r = 0; r < kBlock; ++r) scale_row(acc + r * D, D, alpha[r]);
       // Masked probabilities are exactly 0: keys after a query add nothing to it.
-      tile_product<true>(pt, 1, kBlock, buf.v.data() + j0 * D, D, D, kBlock, acc, D);
+      tile_product<true>({pt, 1, kBlock, buf.v.data() + j0 * D, D, acc, D, D, kBlock}, diagonal);
     }
     float* y_block = y + (b * T + i0) * C + h * D;
     float* lse_block = lse + (b * s.heads + h) * T + i0;
@@ -341,9 +360,9 @@ struct BackwardBuffers {
   float* ds = buf.ds.data();
   const float* q = buf.q.data() + i0 * D;
   const float* dy = buf.dy.data() + i0 * D;
-  tile_product<false>(q, D, 1, buf.kt.data() + j0, tp, kBlock, D, p, kBlock);  // the forward's scores, bit for bit
+  tile_product<false>({q, D, 1, buf.kt.data() + j0, tp, p, kBlock, kBlock, D});  // the forward's scores, bit for bit
   if (j0 == i0) mask_diagonal_tile(i0, seq, p);
-  tile_product<false>(dy, D, 1, buf.vt.data() + j0, tp, kBlock, D, ds, kBlock);  // dP = dy . v
+  tile_product<false>({dy, D, 1, buf.vt.data() + j0, tp, ds, kBlock, kBlock, D});  // dP = dy . v
   for (int64_t r = 0; r < rows; ++r) {
     const float row_l = row_lse[i0 + r], delta = buf.delta[static_cast<size_t>(i0 + r)];
     float* __restrict pr = p + r * kBlock;
@@ -355,9 +374,11 @@ struct BackwardBuffers {
   }
   std::fill(p + rows * kBlock, p + kBlock * kBlock, 0.0f);  // rows past the sequence's end
   std::fill(ds + rows * kBlock, ds + kBlock * kBlock, 0.0f);
-  tile_product<true>(p, 1, kBlock, dy, D, D, rows, buf.dv.data() + j0 * D, D);
-  tile_product<true>(ds, 1, kBlock, q, D, D, rows, buf.dk.data() + j0 * D, D);
-  tile_product<true>(ds, kBlock, 1, buf.k.data() + j0 * D, D, D, kBlock, buf.dq.data() + i0 * D, D);
+  const Triangle keys_from_row = j0 == i0 ? Triangle::kFromRow : Triangle::kFull;
+  const Triangle keys_up_to_row = j0 == i0 ? Triangle::kUpToRow : Triangle::kFull;
+  tile_product<true>({p, 1, kBlock, dy, D, buf.dv.data() + j0 * D, D, D, rows}, keys_from_row);
+  tile_product<true>({ds, 1, kBlock, q, D, buf.dk.data() + j0 * D, D, D, rows}, keys_from_row);
+  tile_product<true>({ds, kBlock, 1, buf.k.data() + j0 * D, D, buf.dq.data() + i0 * D, D, D, kBlock}, keys_up_to_row);
 }
 
 // Rows [0, T) of one head's D columns (row stride ld) = or += factor * src [T, D].
