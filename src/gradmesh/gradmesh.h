@@ -24,12 +24,16 @@
 #include "gradmesh/core/rng.h"
 #include "gradmesh/core/tensor.h"
 
+#include "gradmesh/kernels/attention.h"  // attention_decode: one position against a key/value cache
 #include "gradmesh/kernels/gemm.h"  // set_num_threads: BLAS and kernel threads per process
 
+#include "gradmesh/autograd/attention.h"
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/autograd/variable.h"
 
+#include "gradmesh/nn/generate.h"
+#include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/init.h"
 #include "gradmesh/nn/layers.h"
 #include "gradmesh/nn/model.h"
@@ -43,6 +47,7 @@
 #include "gradmesh/data/batch_loader.h"
 #include "gradmesh/data/idx.h"
 #include "gradmesh/data/image_dataset.h"
+#include "gradmesh/data/sample_source.h"
 #include "gradmesh/data/token_file.h"
 
 #include "gradmesh/comm/environment.h"
@@ -52,5 +57,6 @@
 
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/parallel/rank_agreement.h"
+#include "gradmesh/parallel/zero_reducer.h"
 
 #include "gradmesh/checkpoint/safetensors.h"

@@ -276,7 +276,7 @@ TEST(ConfigErrors, WrongType) {
   EXPECT_EQ(config_error("[data]\ndir = 3\n"), "cfg.toml: data.dir: expected a string, got an integer");
   EXPECT_EQ(config_error("[model]\nhidden = 512\n"), "cfg.toml: model.hidden: expected an array of integers, got an integer");
   EXPECT_EQ(config_error("[model]\nhidden = [512, \"a\"]\n"), "cfg.toml: model.hidden[1]: expected an integer, got a string");
-  EXPECT_EQ(config_error("[model]\nkind = 3\n"), "cfg.toml: model.kind: expected one of \"mlp\", \"cnn\", got an integer");
+  EXPECT_EQ(config_error("[model]\nkind = 3\n"), "cfg.toml: model.kind: expected one of \"mlp\", \"cnn\", \"gpt\", got an integer");
 }
 
 TEST(ConfigErrors, OutOfRange) {
@@ -330,7 +330,7 @@ TEST(ConfigErrors, EveryNumberHasAnUpperBound) {
 }
 
 TEST(ConfigErrors, BadChoice) {
-  EXPECT_EQ(config_error("[model]\nkind = \"resnet\"\n"), "cfg.toml: model.kind: expected one of \"mlp\", \"cnn\", got \"resnet\"");
+  EXPECT_EQ(config_error("[model]\nkind = \"resnet\"\n"), "cfg.toml: model.kind: expected one of \"mlp\", \"cnn\", \"gpt\", got \"resnet\"");
   EXPECT_EQ(config_error("[output]\nweights_dtype = \"f32\"\n"),
             "cfg.toml: output.weights_dtype: expected one of \"F32\", \"BF16\", got \"f32\"");
 }
@@ -392,7 +392,7 @@ TEST(ConfigOverrides, Errors) {
   EXPECT_EQ(config_error("", {"optim.lr=-1"}), "--set optim.lr=-1: optim.lr: expected a number in (0, 1000000], got -1");
   EXPECT_EQ(config_error("", {"train.epochs=abc"}), "--set train.epochs=abc: train.epochs: expected an integer, got a string");
   EXPECT_EQ(config_error("", {"model.kind=resnet"}),
-            "--set model.kind=resnet: model.kind: expected one of \"mlp\", \"cnn\", got \"resnet\"");
+            "--set model.kind=resnet: model.kind: expected one of \"mlp\", \"cnn\", \"gpt\", got \"resnet\"");
   EXPECT_EQ(config_error("", {"model.hidden=[1,"}),
             "--set model.hidden=[1,: model.hidden: expected an array of integers, got a string");
   std::string section = config_error("", {"optim=1"});

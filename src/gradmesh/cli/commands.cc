@@ -1,8 +1,11 @@
 #include "gradmesh/cli/commands.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
+#include "gradmesh/autograd/tape.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
 #include "gradmesh/checkpoint/checkpoint_reader.h"
@@ -20,6 +23,7 @@
 #include "gradmesh/train/model_factory.h"
 #include "gradmesh/train/stop_request.h"
 #include "gradmesh/train/trainer.h"
+#include "gradmesh/train/training_data.h"
 
 namespace gradmesh::cli {
 
@@ -76,30 +80,54 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
                                           : ("checkpoint " + s.checkpoint_path + "; continue with --resume auto").c_str());
     return 0;
   }
-  std::printf("trained %lld steps (%lld samples) on %d rank%s in %.1f s: %.0f samples/s, %.1f GEMM GFLOP/s\n",
+  const std::string tokens = s.tokens_per_s > 0 ? " (" + std::to_string(std::llround(s.tokens_per_s)) + " tokens/s)" : "";
+  std::printf("trained %lld steps (%lld samples) on %d rank%s in %.1f s: %.0f samples/s%s, %.1f GEMM GFLOP/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size,
-              s.world_size == 1 ? "" : "s", s.train_seconds, s.samples_per_s, s.gemm_gflops_per_s);
+              s.world_size == 1 ? "" : "s", s.train_seconds, s.samples_per_s, tokens.c_str(), s.gemm_gflops_per_s);
   if (s.world_size > 1)
     std::printf("waiting for gradients: %.1f%% of step time (after overlap with backward)\n",
                 s.exposed_comm_share * 100);
-  if (s.evaluated) std::printf("test loss %.4f, test accuracy %.4f\n", s.test_loss, s.test_accuracy);
+  if (s.evaluated && config.data.format == "tokens")
+    std::printf("validation loss %.4f (perplexity %.2f), next-token accuracy %.4f\n", s.test_loss,
+                std::exp(s.test_loss), s.test_accuracy);
+  else if (s.evaluated)
+    std::printf("test loss %.4f, test accuracy %.4f\n", s.test_loss, s.test_accuracy);
   if (!s.weights_path.empty()) std::printf("weights: %s\n", s.weights_path.c_str());
   std::printf("metrics: %s/metrics.jsonl\n", s.run_dir.c_str());
   if (config.output.report) std::printf("report: %s/report.html\n", s.run_dir.c_str());
   return 0;
 }
 
-int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights) {
+namespace {
+
+void write_eval_logits(nn::Model& model, const data::SampleSource& source, const std::string& path) {
+  autograd::NoGradGuard no_grad;
+  model.set_training(false);
+  const int64_t n = std::min<int64_t>(4, source.count()), sample = source.sample_numel();
+  Shape shape = source.sample_shape();
+  shape.insert(shape.begin(), n);
+  Tensor inputs = Tensor::empty(shape);
+  std::vector<int32_t> targets(static_cast<size_t>(n * source.targets_per_sample()));
+  for (int64_t i = 0; i < n; ++i)
+    source.fill(0, i, inputs.data() + i * sample, targets.data() + i * source.targets_per_sample());
+  const Tensor logits = model.forward(autograd::Variable(inputs)).value();
+  checkpoint::write_safetensors(path, {{"inputs", inputs}, {"logits", logits}}, {}, DType::kF32);
+}
+
+}  // namespace
+
+int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights,
+             const std::string& logits_path) {
   const train::Config config = train::load_config(config_path, overrides);
   kernels::set_num_threads(static_cast<int>(config.train.threads));
-  const data::ImageDataset test_set = train::load_test_set(config);
+  const std::shared_ptr<const train::TrainingData> data = train::load_training_data(config, /*with_test=*/true);
   checkpoint::SafetensorsFile file = checkpoint::read_safetensors(weights);
-  const train::InputGeometry geometry{test_set.channels, test_set.height, test_set.width};
-  std::unique_ptr<nn::Model> model = train::build_model(config.model, geometry, config.train.seed);
+  std::unique_ptr<nn::Model> model = train::build_model(config.model, data->geometry, config.train.seed);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
   model->load_parameters(tensors, weights);
-  const train::EvalResult r = train::evaluate(*model, test_set);
+  if (!logits_path.empty()) write_eval_logits(*model, *data->test, logits_path);
+  const train::EvalResult r = train::evaluate(*model, *data->test);
   const obs::JsonObject line = obs::JsonObject().add("weights", weights).add("samples", r.samples)
                                    .add("test_loss", r.loss).add("test_accuracy", r.accuracy);
   std::printf("%s\n", line.str().c_str());

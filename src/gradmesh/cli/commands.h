@@ -12,7 +12,10 @@ namespace gradmesh::cli {
 // that many workers through the launcher, each running this same training.
 int run_train(const std::string& config_path, const std::vector<std::string>& overrides,
               const std::string& nproc_per_node = "", const std::string& resume = "");
-int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights);
+// `logits_path` (may be empty): the inputs and logits of the first 4
+// evaluation samples, for comparing with another implementation.
+int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights,
+             const std::string& logits_path = "");
 int run_inspect(const std::string& path);
 int run_env_docs();
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json);

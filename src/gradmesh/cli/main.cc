@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "gradmesh/cli/commands.h"
+#include "gradmesh/cli/generate_command.h"
 #include "gradmesh/cli/launch_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
   eval->add_option("config", config_path, "Config file (model and data sections are used)")->required();
   eval->add_option("--weights", weights, "A safetensors file, e.g. runs/<id>/model.safetensors")->required();
   eval->add_option("--set", overrides, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  std::string eval_logits;
+  eval->add_option("--logits", eval_logits,
+                   "Also write the inputs and logits of the first 4 evaluation samples to this safetensors file")
+      ->type_name("FILE");
 
   CLI::App* inspect = app.add_subcommand(
       "inspect", "List a safetensors file, or a checkpoint with its files verified (exit 1 if a checksum fails)");
@@ -90,6 +95,17 @@ int main(int argc, char** argv) {
   prepare_text->add_option("--val-fraction", val_fraction, "Share of the tokens kept for validation (the end)")
       ->capture_default_str()->check(CLI::Range(0.0, 0.5));
 
+  gradmesh::cli::GenerateArgs gen;
+  CLI::App* generate = app.add_subcommand("generate", "Generate text with a trained GPT (key/value cache)");
+  generate->add_option("checkpoint", gen.checkpoint, "Run directory, checkpoint directory or .safetensors file")->required();
+  generate->add_option("--prompt", gen.prompt, "Text to continue")->required();
+  generate->add_option("--max-tokens", gen.max_tokens, "New tokens to generate")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  generate->add_option("--temperature", gen.temperature, "Sampling temperature (0 = always the most likely token)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  generate->add_option("--top-k", gen.top_k, "Sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{65536}));
+  generate->add_option("--seed", gen.seed, "Seed of the sampling draws (same seed, same text)")->capture_default_str();
+  generate->add_option("--config", gen.config, "Config of the model (default: the run's config.toml)");
+  generate->add_option("--threads", gen.threads, "Compute threads")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
   CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
@@ -111,11 +127,12 @@ int main(int argc, char** argv) {
       if (!init_from.empty()) overrides.push_back("train.init_from=" + init_from);
       return gradmesh::cli::run_train(config_path, overrides, nproc_per_node, resume);
     }
-    if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights);
+    if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights, eval_logits);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
     if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
+    if (*generate) return gradmesh::cli::run_generate(gen);
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
     if (*launch) return gradmesh::cli::run_launch(launch_args);

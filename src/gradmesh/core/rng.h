@@ -18,6 +18,8 @@ enum class RngPurpose : uint32_t {
   kShuffle = 2,  // per-epoch sample order; step = epoch
   kDropout = 3,  // dropout masks; step = (global step, layer)
   kTest = 4,     // random inputs in tests and benchmarks
+  kWindow = 5,   // where language-model training windows start; step = epoch, index = sample
+  kSampling = 6, // next-token sampling in generation; step = seed stream, index = position
 };
 
 using PhiloxBlock = std::array<uint32_t, 4>;

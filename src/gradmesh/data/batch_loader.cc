@@ -1,6 +1,5 @@
 #include "gradmesh/data/batch_loader.h"
 
-#include <cstring>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -23,18 +22,17 @@ BatchLoaderOptions validated(BatchLoaderOptions o) {
   return o;
 }
 
-const ImageDataset& checked(const ImageDataset& d) {
-  GRADMESH_CHECK(d.count >= 0 && d.labels.size() == static_cast<size_t>(d.count) &&
-                     d.pixels.size() == static_cast<size_t>(d.count * d.sample_numel()),
-                 "ImageDataset of " + std::to_string(d.count) + " samples has " + std::to_string(d.labels.size()) +
-                     " labels and " + std::to_string(d.pixels.size()) + " pixels");
-  return d;
-}
-
 }  // namespace
 
+BatchLoader::BatchLoader(const SampleSource& source, BatchLoaderOptions options)
+    : source_(source),
+      options_(validated(std::move(options))),
+      steps_(batches_per_epoch(source.count(), options_.global_batch, options_.drop_last)),
+      producer_([this] { run(); }) {}
+
 BatchLoader::BatchLoader(const ImageDataset& data, BatchLoaderOptions options)
-    : data_(checked(data)),
+    : owned_source_(std::make_unique<ImageSamples>(data)),
+      source_(*owned_source_),
       options_(validated(std::move(options))),
       steps_(batches_per_epoch(data.count, options_.global_batch, options_.drop_last)),
       producer_([this] { run(); }) {}
@@ -132,7 +130,7 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
                           const std::vector<SplitChange>& splits) {
   const auto queue_limit = static_cast<size_t>(options_.prefetch);
   try {
-    const std::vector<int64_t> order = epoch_order(data_.count, options_.seed, epoch, options_.shuffle);
+    const std::vector<int64_t> order = epoch_order(source_.count(), options_.seed, epoch, options_.shuffle);
     for (int64_t step = first_step; step < steps_; ++step) {
       {
         // Waiting for space before assembling bounds memory at `prefetch`
@@ -162,7 +160,7 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
 
 Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
                             const std::vector<SplitChange>& splits) const {
-  const auto [global_begin, global_end] = batch_range(step, data_.count, options_.global_batch);
+  const auto [global_begin, global_end] = batch_range(step, source_.count(), options_.global_batch);
   const int64_t global_step = epoch * steps_ + step;
   const SplitChange* split = nullptr;  // the last change at or before this step
   for (const SplitChange& change : splits)
@@ -171,21 +169,23 @@ Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, in
       split ? rank_slice_weighted(global_end - global_begin, options_.rank, split->shares)
             : rank_slice(global_end - global_begin, options_.rank, options_.world);
   const int64_t n = slice_end - slice_begin;
-  const int64_t numel = data_.sample_numel();
+  const int64_t numel = source_.sample_numel(), targets = source_.targets_per_sample();
 
   Batch batch;
   batch.epoch = epoch;
   batch.step_in_epoch = step;
   batch.global_batch_len = global_end - global_begin;
   batch.offset_in_batch = slice_begin;
-  batch.images = Tensor::empty({n, data_.channels, data_.height, data_.width});
-  batch.labels.resize(static_cast<size_t>(n));
+  batch.targets_per_sample = targets;
+  Shape shape = source_.sample_shape();
+  shape.insert(shape.begin(), n);
+  batch.images = Tensor::empty(shape);
+  batch.labels.resize(static_cast<size_t>(n * targets));
   batch.sample_indices.resize(static_cast<size_t>(n));
   float* dst = batch.images.data();
   for (int64_t k = 0; k < n; ++k) {
     const int64_t row = order[global_begin + slice_begin + k];
-    std::memcpy(dst + k * numel, data_.pixels.data() + row * numel, static_cast<size_t>(numel) * sizeof(float));
-    batch.labels[k] = data_.labels[row];
+    source_.fill(epoch, row, dst + k * numel, batch.labels.data() + k * targets);
     batch.sample_indices[k] = row;
   }
   return batch;

@@ -14,18 +14,21 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "gradmesh/core/tensor.h"
 #include "gradmesh/data/image_dataset.h"
+#include "gradmesh/data/sample_source.h"
 
 namespace gradmesh::data {
 
 struct Batch {
-  Tensor images;                        // (b, C, H, W) float32; b = this rank's slice, may be 0
-  std::vector<int32_t> labels;          // (b)
+  Tensor images;                        // (b, sample shape...) float32, e.g. (b, C, H, W) or (b, T) token ids; b = this rank's slice, may be 0
+  std::vector<int32_t> labels;          // (b * targets_per_sample): a class, or the next token of each position
+  int64_t targets_per_sample = 1;
   std::vector<int64_t> sample_indices;  // (b) dataset rows, for checks and debugging
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
@@ -54,8 +57,10 @@ struct BatchLoaderOptions {
 // Not thread-safe: one consumer thread calls start_epoch/skip_to/next.
 class BatchLoader {
  public:
-  // REQUIRES: `data` outlives the loader and is not modified while it exists.
-  // Throws kConfig for invalid options, kInternal for an inconsistent `data`.
+  // REQUIRES: `source` outlives the loader and is not modified while it exists.
+  // Throws kConfig for invalid options.
+  BatchLoader(const SampleSource& source, BatchLoaderOptions options);
+  // The same over an image data set. Throws kInternal for an inconsistent `data`.
   BatchLoader(const ImageDataset& data, BatchLoaderOptions options);
   // Stops and joins the producer, also in the middle of an epoch.
   ~BatchLoader();
@@ -97,7 +102,8 @@ class BatchLoader {
   Batch assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
                  const std::vector<SplitChange>& splits) const;
 
-  const ImageDataset& data_;
+  std::unique_ptr<SampleSource> owned_source_;  // the adapter of an ImageDataset
+  const SampleSource& source_;
   const BatchLoaderOptions options_;
   const int64_t steps_;
 

@@ -1,6 +1,7 @@
 #include "gradmesh/data/token_file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -214,6 +215,31 @@ TokenSet read_token_set(const std::string& dir) {
   t.train = read_tokens(dir + "/train.bin", n_train, t.vocab_size);
   t.val = read_tokens(dir + "/val.bin", n_val, t.vocab_size);
   return t;
+}
+
+std::vector<uint16_t> encode_text(const TokenSet& vocab, const std::string& text, const std::string& source) {
+  std::vector<uint16_t> tokens;
+  if (vocab.kind == Vocabulary::kByte) {
+    for (char c : text) tokens.push_back(static_cast<unsigned char>(c));
+    return tokens;
+  }
+  std::vector<uint32_t> units;
+  decode_utf8(text, source, units);
+  for (size_t i = 0; i < units.size(); ++i) {
+    const auto it = std::lower_bound(vocab.chars.begin(), vocab.chars.end(), units[i]);
+    if (it == vocab.chars.end() || *it != units[i]) {
+      std::string shown;
+      append_utf8(units[i], shown);
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(units[i]));
+      throw_error(ErrorKind::kConfig, source,
+                  "character " + std::to_string(i) + " ('" + shown + "', " + code +
+                      ") is not in the vocabulary (" + std::to_string(vocab.chars.size()) +
+                      " characters of the training corpus)");
+    }
+    tokens.push_back(static_cast<uint16_t>(it - vocab.chars.begin()));
+  }
+  return tokens;
 }
 
 std::string detokenize(const TokenSet& vocab, const std::vector<uint16_t>& tokens) {

@@ -49,6 +49,11 @@ void write_token_set(const TokenSet& tokens, const std::string& dir);
 // Error(kFormat) naming the file and what was expected.
 TokenSet read_token_set(const std::string& dir);
 
+// Tokens of `text` in `vocab` (a prompt). With kChar, text that is not UTF-8
+// is Error(kFormat) and a character the vocabulary lacks is Error(kConfig),
+// both naming `source` and the byte offset.
+std::vector<uint16_t> encode_text(const TokenSet& vocab, const std::string& text, const std::string& source);
+
 // Text of tokens (kChar: UTF-8 of the code points; kByte: the bytes).
 std::string detokenize(const TokenSet& vocab, const std::vector<uint16_t>& tokens);
 

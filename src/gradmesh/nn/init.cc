@@ -34,7 +34,7 @@ void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_i
     case InitKind::kKaimingUniform: fill_uniform(std::sqrt(6.0 / fan_in)); return;
     case InitKind::kXavierUniform: fill_uniform(std::sqrt(6.0 / fan_sum)); return;
     case InitKind::kXavierNormal: fill_normal(std::sqrt(2.0 / fan_sum)); return;
-    case InitKind::kNormal: fill_normal(1.0); return;
+    case InitKind::kNormal: fill_normal(spec.std); return;
     case InitKind::kZeros: t.fill(0.0f); return;
     case InitKind::kOnes: t.fill(1.0f); return;
   }

@@ -16,7 +16,7 @@ enum class InitKind {
   kKaimingUniform,  // U(-sqrt(6/fan_in), sqrt(6/fan_in))
   kXavierUniform,   // U(-sqrt(6/(fan_in+fan_out)), +)
   kXavierNormal,    // N(0, 2/(fan_in+fan_out))
-  kNormal,          // N(0, 1): PyTorch's Embedding default
+  kNormal,          // N(0, std^2), std = InitSpec::std (1: PyTorch's Embedding default)
   kZeros,
   kOnes,
 };
@@ -28,6 +28,7 @@ struct InitSpec {
   InitKind kind = InitKind::kZeros;
   int64_t fan_in = 1;
   int64_t fan_out = 1;
+  double std = 1.0;  // kNormal only
 };
 
 // Fills `t` (float32) as `spec` says, drawing from CounterRng(seed, kInit, param_index).

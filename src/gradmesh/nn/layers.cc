@@ -123,6 +123,19 @@ Variable Embedding::lookup(const std::vector<int64_t>& ids) { return autograd::e
 
 std::string Embedding::describe() const { return "Embedding(" + std::to_string(rows_) + ", " + std::to_string(dim_) + ")"; }
 
+ModuleList& ModuleList::add(std::unique_ptr<Module> module) {
+  add_child(std::to_string(children().size()), std::move(module));
+  return *this;
+}
+
+Variable ModuleList::forward(const Variable&) {
+  throw_error(ErrorKind::kInternal, "ModuleList", "a container: its owner runs the children");
+}
+
+Variable ModuleDict::forward(const Variable&) {
+  throw_error(ErrorKind::kInternal, "ModuleDict", "a container: its owner runs the children");
+}
+
 Variable Flatten::forward(const Variable& x) {
   if (channel_major_input_) return autograd::flatten_channel_major(x);
   const int64_t n = x.value().ndim() > 0 ? x.shape()[0] : 1;

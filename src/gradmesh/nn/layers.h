@@ -18,6 +18,8 @@ class Linear : public Module {
   Activation fused_activation() const { return fused_; }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }
 
  private:
   int64_t in_, out_;
@@ -111,10 +113,36 @@ class Embedding : public Module {
   Variable forward(const Variable& x) override;
   Variable lookup(const std::vector<int64_t>& ids);
   std::string describe() const override;
+  // The table, for a layer that shares it (a tied LM head).
+  Parameter& weight() { return *weight_; }
 
  private:
   int64_t rows_, dim_;
   Parameter* weight_;
+};
+
+// Children named "0", "1", ... that the owner runs itself (PyTorch's
+// nn.ModuleList): a container for names and parameters; forward() is an error.
+class ModuleList : public Module {
+ public:
+  ModuleList& add(std::unique_ptr<Module> module);
+  Module& operator[](size_t i) { return *children()[i].second; }
+  size_t size() const { return children().size(); }
+  Variable forward(const Variable& x) override;
+  std::string describe() const override { return "ModuleList"; }
+};
+
+// Named children that the owner runs itself (PyTorch's nn.ModuleDict).
+class ModuleDict : public Module {
+ public:
+  template <class M>
+  M& add(const std::string& name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    add_child(name, std::move(module));
+    return ref;
+  }
+  Variable forward(const Variable& x) override;
+  std::string describe() const override { return "ModuleDict"; }
 };
 
 // [N, ...] -> [N, prod(...)]

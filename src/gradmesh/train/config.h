@@ -22,7 +22,7 @@ namespace gradmesh::train {
 // initialiser, and config_to_toml/parse_config only see keyed members.
 struct ModelConfig {
   ModelConfig();
-  std::string kind;             // "mlp" | "cnn"
+  std::string kind;             // "mlp" | "cnn" | "gpt"
   int64_t classes;              // output width; every label is in [0, classes)
   std::vector<int64_t> hidden;  // mlp hidden widths; empty = logistic regression
   std::string activation;       // "relu" | "gelu" | "tanh"
@@ -30,12 +30,21 @@ struct ModelConfig {
   std::vector<int64_t> channels;  // cnn conv output channels, >= 1 entry
   int64_t kernel_size;          // cnn conv kernel, 1..7
   int64_t fc_hidden;            // cnn hidden linear width
+  int64_t n_layer;              // gpt blocks
+  int64_t n_head;               // gpt heads, divides n_embd
+  int64_t n_embd;               // gpt width
+  int64_t block_size;           // gpt context length
+  int64_t vocab_size;           // gpt; 0 = the token set's
+  bool tie_weights;             // gpt: lm_head shares the token embedding
   std::string init;             // "default" | "kaiming_normal" | "kaiming_uniform" | "xavier_uniform" | "xavier_normal"
   bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
   DataConfig();
+  std::string format;  // "idx" (images) | "tokens" (language modelling)
+  std::string tokens;  // token set directory (format = tokens)
+  int64_t windows_per_epoch;  // 0 = train tokens / block_size
   std::string dir;  // "" = $GRADMESH_DATA_DIR (see resolved_data_dir)
   std::string train_images;
   std::string train_labels;

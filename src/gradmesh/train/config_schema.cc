@@ -120,16 +120,25 @@ constexpr double kMaxTraceSteps = 100'000;
 std::vector<KeySpec> build_schema() {
   // clang-format off
   return {
-    key<&ModelConfig::kind>("kind", "mlp", one_of({"mlp", "cnn"}), "Model family: a multilayer perceptron or a small convolutional net."),
+    key<&ModelConfig::kind>("kind", "mlp", one_of({"mlp", "cnn", "gpt"}), "Model family: a multilayer perceptron, a small convolutional net (both on images) or a GPT-style transformer language model (on data.format = \"tokens\")."),
     key<&ModelConfig::classes>("classes", 10, closed(2, kMaxClasses), "Number of classes: the width of the output layer. Every label in the data must lie in [0, classes)."),
     key<&ModelConfig::hidden>("hidden", {512, 512}, entries_in(1, kMaxWidth, 0), "MLP hidden layer widths; empty gives logistic regression (one linear layer)."),
     key<&ModelConfig::activation>("activation", "relu", one_of({"relu", "gelu", "tanh"}), "MLP: activation after each hidden layer (the CNN always uses ReLU)."),
-    key<&ModelConfig::dropout>("dropout", 0.0, half_open(0, 1), "MLP: dropout probability after each hidden activation (0 = off)."),
+    key<&ModelConfig::dropout>("dropout", 0.0, half_open(0, 1), "Dropout probability (0 = off). MLP: after each hidden activation; GPT: after the embeddings and on each residual branch (not on attention weights)."),
     key<&ModelConfig::channels>("channels", {32, 64}, entries_in(1, kMaxWidth, 1), "CNN: output channels of each conv block (conv, ReLU, 2x2 max pool)."),
     key<&ModelConfig::kernel_size>("kernel_size", 3, closed(1, 7), "CNN: square conv kernel size (no padding, stride 1)."),
     key<&ModelConfig::fc_hidden>("fc_hidden", 128, closed(1, kMaxWidth), "CNN: width of the hidden linear layer after the flatten."),
+    key<&ModelConfig::n_layer>("n_layer", 4, closed(1, 1024), "GPT: transformer blocks."),
+    key<&ModelConfig::n_head>("n_head", 4, closed(1, 1024), "GPT: attention heads per block; must divide n_embd."),
+    key<&ModelConfig::n_embd>("n_embd", 128, closed(1, 65536), "GPT: embedding width (the residual stream); the MLP inside a block is 4x wider."),
+    key<&ModelConfig::block_size>("block_size", 128, closed(1, 65536), "GPT: context length in tokens (the training window and the position table)."),
+    key<&ModelConfig::vocab_size>("vocab_size", 0, closed(0, 65536), "GPT: vocabulary size; 0 = the token set's (data.tokens/vocab.json)."),
+    key<&ModelConfig::tie_weights>("tie_weights", true, any(), "GPT: the LM head reuses the token embedding matrix (lm_head.weight is transformer.wte.weight)."),
     key<&ModelConfig::init>("init", "default", one_of({"default", "kaiming_normal", "kaiming_uniform", "xavier_uniform", "xavier_normal"}), "Weight init; default is PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases."),
 
+    key<&DataConfig::format>("format", "idx", one_of({"idx", "tokens"}), "idx: image classification from the IDX files below; tokens: language modelling on a token set written by gradmesh data prepare-text (data.tokens)."),
+    key<&DataConfig::tokens>("tokens", "", any(), "format = tokens: the token set directory (vocab.json, train.bin, val.bin); relative paths are taken from the working directory."),
+    key<&DataConfig::windows_per_epoch>("windows_per_epoch", 0, closed(0, kMaxSamples), "format = tokens: training windows (of model.block_size tokens, at random positions) per epoch; 0 = training tokens / block_size."),
     key<&DataConfig::dir>("dir", "", any(), "Directory of the IDX files; empty uses $GRADMESH_DATA_DIR (default /usr/share/datasets/fashion-mnist)."),
     key<&DataConfig::train_images>("train_images", "train-images-idx3-ubyte.gz", any(), "Training images (IDX, optionally gzipped), relative to data.dir."),
     key<&DataConfig::train_labels>("train_labels", "train-labels-idx1-ubyte.gz", any(), "Training labels (IDX, optionally gzipped), relative to data.dir."),
@@ -142,7 +151,7 @@ std::vector<KeySpec> build_schema() {
     key<&DataConfig::drop_last>("drop_last", false, any(), "Drop the last incomplete training batch of each epoch."),
     key<&DataConfig::prefetch>("prefetch", 2, closed(1, 64), "Batches the loader thread prepares ahead of the training step."),
     key<&DataConfig::limit_train>("limit_train", 0, closed(0, kMaxSamples), "Use only the first N training samples (0 = all); for quick tests."),
-    key<&DataConfig::limit_test>("limit_test", 0, closed(0, kMaxSamples), "Use only the first N test samples (0 = all); for quick tests."),
+    key<&DataConfig::limit_test>("limit_test", 0, closed(0, kMaxSamples), "Use only the first N test samples (0 = all; with data.format = \"tokens\", N validation windows); for quick tests."),
 
     key<&OptimConfig::name>("name", "sgd", one_of({"sgd", "adamw"}), "Optimizer, with PyTorch's update rules (torch.optim.SGD, torch.optim.AdamW)."),
     key<&OptimConfig::lr>("lr", 0.05, open_closed(0, kMaxCoefficient), "Peak learning rate (the schedule scales it)."),

@@ -92,19 +92,58 @@ int64_t count_cnn(const ModelConfig& c, const InputGeometry& input) {
   return budget.total();
 }
 
+int64_t count_gpt(const ModelConfig& c, const InputGeometry& input) {
+  const nn::GptSpec spec = gpt_spec(c, input);
+  // Every factor is at most 2^16 (schema bounds), so each term fits int64;
+  // the block term is checked before it is multiplied by n_layer.
+  const int64_t block = nn::gpt_parameter_count({spec.vocab_size, spec.block_size, 1, spec.n_head, spec.n_embd,
+                                                 spec.dropout, true}) -
+                        (spec.vocab_size + spec.block_size) * spec.n_embd - 2 * spec.n_embd;
+  if (block > kMaxParameters / spec.n_layer)
+    throw_error(ErrorKind::kConfig, "model.n_layer = " + std::to_string(spec.n_layer) + ", model.n_embd = " + std::to_string(spec.n_embd),
+                "the GPT would have more than " + std::to_string(kMaxParameters) + " (2^31) parameters; use fewer or narrower layers");
+  const int64_t total = nn::gpt_parameter_count(spec);
+  if (total > kMaxParameters)
+    throw_error(ErrorKind::kConfig, "model.n_embd = " + std::to_string(spec.n_embd),
+                "the GPT would have " + std::to_string(total) + " parameters, more than " + std::to_string(kMaxParameters) + " (2^31)");
+  return total;
+}
+
 }  // namespace
+
+nn::GptSpec gpt_spec(const ModelConfig& c, const InputGeometry& input) {
+  nn::GptSpec spec;
+  spec.vocab_size = c.vocab_size > 0 ? c.vocab_size : input.vocab_size;
+  if (c.vocab_size > 0 && input.vocab_size > c.vocab_size)
+    throw_error(ErrorKind::kConfig, "model.vocab_size",
+                std::to_string(c.vocab_size) + " is smaller than the token set's vocabulary of " +
+                    std::to_string(input.vocab_size) + "; set 0 to take the token set's");
+  if (spec.vocab_size < 1)
+    throw_error(ErrorKind::kConfig, "model.vocab_size", "0 needs a token set to take the vocabulary from (data.format = \"tokens\")");
+  spec.block_size = c.block_size;
+  spec.n_layer = c.n_layer;
+  spec.n_head = c.n_head;
+  spec.n_embd = c.n_embd;
+  spec.dropout = static_cast<float>(c.dropout);
+  spec.tie_weights = c.tie_weights;
+  nn::check_gpt_spec(spec);
+  return spec;
+}
 
 int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) {
   if (config.kind == "mlp") return count_mlp(config, input);
   if (config.kind == "cnn") return count_cnn(config, input);
-  throw_error(ErrorKind::kConfig, "model.kind", "expected mlp or cnn, got '" + config.kind + "'");
+  if (config.kind == "gpt") return count_gpt(config, input);
+  throw_error(ErrorKind::kConfig, "model.kind", "expected mlp, cnn or gpt, got '" + config.kind + "'");
 }
 
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed) {
   count_parameters(config, input);
   const nn::InitKind init = nn::parse_weight_init(config.init);
   std::unique_ptr<nn::Module> root;
-  if (config.kind == "mlp") {
+  if (config.kind == "gpt") {
+    root = nn::build_gpt(gpt_spec(config, input));
+  } else if (config.kind == "mlp") {
     nn::MlpSpec spec;
     spec.in_features = input.channels * input.height * input.width;
     spec.hidden = config.hidden;

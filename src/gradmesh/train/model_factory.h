@@ -4,14 +4,23 @@
 #include <cstdint>
 #include <memory>
 
+#include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/model.h"
 #include "gradmesh/train/config.h"
 
 namespace gradmesh::train {
 
+// What the data gives the model: an image's shape, or (language models) the
+// token set's vocabulary size.
 struct InputGeometry {
-  int64_t channels, height, width;
+  int64_t channels = 0, height = 0, width = 0;
+  int64_t vocab_size = 0;
 };
+
+// The GPT a config describes: model.vocab_size, or the data's when it is 0.
+// Throws Error(kConfig) naming the key when the config's vocabulary is
+// smaller than the data's, or a size is invalid.
+nn::GptSpec gpt_spec(const ModelConfig& config, const InputGeometry& input);
 
 // The most parameters a model may have: 8 GiB of float32 weights, as much
 // again for gradients, and optimizer state on top.

@@ -55,11 +55,9 @@ PreparedRank prepare(const Config& config, int world) {
                     ": every rank needs at least one sample of each global batch; raise train.batch_size or start "
                     "fewer workers");
   PreparedRank p;
-  p.train_set = load_train_set(config);
-  p.steps = plan_steps(config, p.train_set.count);  // before the test set: a run of 0 steps fails fast
-  if (tc.eval_every_epoch) p.test_set = load_test_set(config);
-  const InputGeometry geometry{p.train_set.channels, p.train_set.height, p.train_set.width};
-  p.model = build_model(config.model, geometry, tc.seed);
+  p.data = load_training_data(config, tc.eval_every_epoch);
+  p.steps = plan_steps(config, p.data->train->count());
+  p.model = build_model(config.model, p.data->geometry, tc.seed);
   if (!tc.init_from.empty()) {
     checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -167,9 +165,9 @@ std::string on_leader(comm::ProcessGroup* group, const std::function<std::string
 
 PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }
 
-EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, comm::ProcessGroup* group) {
+EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group) {
   if (!multi_rank(group)) return evaluate(model, test_set);
-  const auto [begin, end] = data::rank_slice(test_set.count, group->rank(), group->size());
+  const auto [begin, end] = data::rank_slice(test_set.count(), group->rank(), group->size());
   EvalResult r = evaluate_rows(model, test_set, begin, end);
   Tensor sums = Tensor::from_vector({3}, {static_cast<float>(r.loss_sum), static_cast<float>(r.correct),
                                           static_cast<float>(r.samples)});

@@ -15,6 +15,7 @@
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/step_plan.h"
+#include "gradmesh/train/training_data.h"
 
 namespace gradmesh::train {
 
@@ -26,7 +27,7 @@ data::ImageDataset load_test_set(const Config& config);
 bool multi_rank(const comm::ProcessGroup* group);
 
 struct PreparedRank {
-  data::ImageDataset train_set, test_set;  // test_set empty unless train.eval_every_epoch
+  std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;
 };
@@ -63,6 +64,6 @@ PreparedRank prepare_replacement(const Config& config, int world_size);
 
 // Each rank evaluates its share of the test set and the sums are all-reduced,
 // so every rank returns the whole test set's loss and accuracy.
-EvalResult evaluate_world(nn::Model& model, const data::ImageDataset& test_set, comm::ProcessGroup* group);
+EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group);
 
 }  // namespace gradmesh::train

@@ -57,8 +57,9 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
                        obs::ChromeTrace* trace) {
   using parallel::Phase;
   const int64_t rows = batch.images.dim(0), sample = batch.images.numel() / std::max<int64_t>(rows, 1);
-  const int64_t micro = config_.train.accum_steps;
-  const auto denominator = static_cast<float>(batch.global_batch_len);
+  const int64_t micro = config_.train.accum_steps, targets = batch.targets_per_sample;
+  // The mean over every target of the global batch (one per image, one per token position).
+  const auto denominator = static_cast<float>(batch.global_batch_len * targets);
   auto span = [&](const char* track, const std::string& name, double a, double b) {
     if (trace) trace->span(track, name, a, b);
   };
@@ -79,7 +80,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     shape[0] = hi - lo;
     nn::forward_context().first_sample = batch.offset_in_batch + lo;
     autograd::Variable x(batch.images.slice_flat(lo * sample, shape));
-    const std::vector<int32_t> labels(batch.labels.begin() + lo, batch.labels.begin() + hi);
+    const std::vector<int32_t> labels(batch.labels.begin() + lo * targets, batch.labels.begin() + hi * targets);
     autograd::Variable out = autograd::cross_entropy(model_.forward(x), labels, denominator);
     loss += out.value().item();
     // The step's loss is complete before the backward that launches buckets.

@@ -33,8 +33,25 @@ namespace {
 using parallel::Phase;
 using parallel::PhaseTimes;
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& c, int64_t num_params) {
-  std::vector<optim::ParamGroup> groups{{0, num_params, static_cast<float>(c.weight_decay)}};
+// One group decaying every parameter (PyTorch's optimizer over
+// model.parameters()), except for the GPT, which decays only its matrices
+// (weights and embeddings) and not biases or LayerNorm parameters, as GPT-2
+// and nanoGPT train: consecutive parameters with the same rule share a group.
+std::vector<optim::ParamGroup> param_groups(const Config& config, const nn::Model& model) {
+  const auto decay = static_cast<float>(config.optim.weight_decay);
+  if (config.model.kind != "gpt") return {{0, model.num_parameters(), decay}};
+  std::vector<optim::ParamGroup> groups;
+  for (const nn::ParameterInfo& p : model.parameters()) {
+    const float wd = p.shape.size() >= 2 ? decay : 0.0f;
+    if (!groups.empty() && groups.back().weight_decay == wd) groups.back().count += p.numel;
+    else groups.push_back({p.offset, p.numel, wd});
+  }
+  return groups;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, const nn::Model& model) {
+  const OptimConfig& c = config.optim;
+  std::vector<optim::ParamGroup> groups = param_groups(config, model);
   if (c.name == "adamw")
     return optim::make_adamw(groups, {static_cast<float>(c.beta1), static_cast<float>(c.beta2), static_cast<float>(c.eps)});
   return optim::make_sgd(groups, {static_cast<float>(c.momentum), static_cast<float>(c.dampening), c.nesterov});
@@ -169,7 +186,7 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   kernels::set_num_threads(static_cast<int>(tc_.threads));
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, world_);
-  optimizer_ = make_optimizer(config_.optim, model().num_parameters());
+  optimizer_ = make_optimizer(config_, model());
   schedule_ = schedule_options(config_, prepared_.steps.total_steps);
   base_lr_ = static_cast<float>(config_.optim.lr);
   optim::validate_schedule(schedule_, base_lr_);
@@ -182,7 +199,7 @@ void TrainingRun::build_step_machinery() {
   reducer_.reset();
   if (multi_rank(world_))
     reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
-  loader_ = std::make_unique<data::BatchLoader>(prepared_.train_set, loader_options(config_, rank_, world_size_));
+  loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, rank_, world_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get());
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
@@ -280,7 +297,7 @@ checkpoint::TrainerState TrainingRun::current_state() const {
   t.step = s_.step;
   t.epoch = s_.epoch;
   t.step_in_epoch = s_.step_in_epoch;
-  t.epoch_position = std::min(s_.step_in_epoch * tc_.batch_size, prepared_.train_set.count);
+  t.epoch_position = std::min(s_.step_in_epoch * tc_.batch_size, prepared_.data->train->count());
   t.seed = tc_.seed;
   t.rng_step = static_cast<uint64_t>(s_.step);
   t.config_hash = training_config_hash(config_);
@@ -294,7 +311,7 @@ void TrainingRun::announce() {
   const std::string backend = world_ ? world_->backend() : "none";
   progress_.message("run " + summary_.run_dir + ": " + config_.model.kind + " with " +
                     std::to_string(model().num_parameters()) + " parameters, " +
-                    std::to_string(prepared_.train_set.count) + " training samples, " +
+                    std::to_string(prepared_.data->train->count()) + " training samples, " +
                     std::to_string(prepared_.steps.total_steps) + " steps" +
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : ""));
 }
@@ -474,7 +491,7 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   const double eval_start = now_seconds();
   const uint64_t eval_flops = kernels::gemm_flops();
   resilience_.touch();
-  const EvalResult r = evaluate_world(model(), prepared_.test_set, world_);
+  const EvalResult r = evaluate_world(model(), *prepared_.data->test, world_);
   resilience_.touch();
   flops_excluded_ += kernels::gemm_flops() - eval_flops;
   summary_.test_loss = r.loss;
@@ -503,6 +520,8 @@ void TrainingRun::summarize() {
   summary_.final_train_loss = s_.last_loss;
   summary_.train_seconds = now_seconds() - s_.start - s_.excluded;
   summary_.samples_per_s = static_cast<double>(s_.samples) / std::max(summary_.train_seconds, 1e-9);
+  if (config_.data.format == "tokens")
+    summary_.tokens_per_s = summary_.samples_per_s * static_cast<double>(prepared_.data->train->targets_per_sample());
   summary_.gemm_gflops_per_s = static_cast<double>(kernels::gemm_flops() - flops_start_ - flops_excluded_) / 1e9 /
                                std::max(summary_.train_seconds, 1e-9);
   const obs::PhaseBreakdown phases = report_.phase_breakdown();
@@ -525,7 +544,7 @@ void TrainingRun::write_summary_line() {
   const TrainSummary& s = summary_;
   obs::JsonObject line;
   line.add("type", "summary").add("steps", s.steps).add("samples", s.samples).add("world_size", world_size_)
-      .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s)
+      .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s).add("tokens_per_s", s.tokens_per_s)
       .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
       .add("exposed_comm_share", s.exposed_comm_share);
   if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);

@@ -30,6 +30,7 @@ struct TrainSummary {
   int world_size = 1;
   double train_seconds = 0;    // the step loop only: no data loading, no evaluation
   double samples_per_s = 0;    // global
+  double tokens_per_s = 0;     // global, language models only (samples_per_s * block_size)
   double gemm_gflops_per_s = 0;  // this rank's GEMM work in the step loop / train_seconds
   double exposed_comm_share = 0;  // mean over ranks of time waiting for gradients / step time
   double final_train_loss = 0;

@@ -1,0 +1,240 @@
+#include "gradmesh/nn/gpt.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "gradmesh/autograd/attention.h"
+#include "gradmesh/autograd/ops.h"
+#include "gradmesh/autograd/tape.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/kernels/attention.h"
+
+namespace gradmesh::nn {
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+// nanoGPT's init: N(0, std) weights, zero biases.
+Linear& init_linear(Linear& layer, double std) {
+  layer.weight().init = InitSpec{InitKind::kNormal, layer.in_features(), layer.out_features(), std};
+  if (layer.bias()) layer.bias()->init = InitSpec{InitKind::kZeros, layer.in_features(), layer.out_features()};
+  return layer;
+}
+
+// x [B, T, in] -> [B, T, out] through a Linear (which takes rows).
+Variable linear_on_tokens(Linear& layer, const Variable& x) {
+  const Shape& s = x.shape();
+  Variable y = layer.forward(autograd::reshape(x, {s[0] * s[1], s[2]}));
+  return autograd::reshape(y, {s[0], s[1], layer.out_features()});
+}
+
+}  // namespace
+
+// A part of a block: its Linears are created with nanoGPT's init.
+class GptPart : public Module {
+ protected:
+  Linear& add_linear(const std::string& name, int64_t in, int64_t out, double std) {
+    auto layer = std::make_unique<Linear>(in, out);
+    Linear& ref = *layer;
+    add_child(name, std::move(layer));
+    return init_linear(ref, std);
+  }
+  Dropout* add_dropout(const std::string& name, float p) {
+    auto drop = std::make_unique<Dropout>(p);
+    Dropout* raw = drop.get();
+    add_child(name, std::move(drop));
+    return raw;
+  }
+};
+
+class GptAttention : public GptPart {
+ public:
+  GptAttention(const GptSpec& spec, double proj_std)
+      : n_head_(spec.n_head),
+        c_attn_(add_linear("c_attn", spec.n_embd, 3 * spec.n_embd, kInitStd)),
+        c_proj_(add_linear("c_proj", spec.n_embd, spec.n_embd, proj_std)),
+        resid_dropout_(add_dropout("resid_dropout", spec.dropout)) {}
+  // x [B, T, C] -> [B, T, C]
+  Variable forward(const Variable& x) override {
+    Variable y = autograd::causal_self_attention(linear_on_tokens(c_attn_, x), n_head_);
+    return resid_dropout_->forward(linear_on_tokens(c_proj_, y));
+  }
+  // x [1, 1, C] at position `pos`: appends its key and value to the caches.
+  Variable decode(const Variable& x, Tensor& keys, Tensor& values, int64_t pos) {
+    const int64_t c = x.shape()[2];
+    const Tensor qkv = linear_on_tokens(c_attn_, x).value();
+    std::memcpy(keys.data() + pos * c, qkv.data() + c, static_cast<size_t>(c) * sizeof(float));
+    std::memcpy(values.data() + pos * c, qkv.data() + 2 * c, static_cast<size_t>(c) * sizeof(float));
+    Tensor y = Tensor::empty({1, 1, c});
+    kernels::attention_decode(qkv.data(), keys.data(), values.data(), pos + 1, n_head_, c / n_head_, y.data());
+    return linear_on_tokens(c_proj_, Variable(y));
+  }
+  std::string describe() const override { return "CausalSelfAttention(n_head=" + std::to_string(n_head_) + ")"; }
+
+ private:
+  int64_t n_head_;
+  Linear& c_attn_;
+  Linear& c_proj_;
+  Dropout* resid_dropout_;
+};
+
+class GptMlp : public GptPart {
+ public:
+  GptMlp(const GptSpec& spec, double proj_std)
+      : c_fc_(add_linear("c_fc", spec.n_embd, 4 * spec.n_embd, kInitStd)),
+        c_proj_(add_linear("c_proj", 4 * spec.n_embd, spec.n_embd, proj_std)),
+        dropout_(add_dropout("dropout", spec.dropout)) {}
+  Variable forward(const Variable& x) override {
+    Variable h = autograd::activation(linear_on_tokens(c_fc_, x), Activation::kGelu);
+    return dropout_->forward(linear_on_tokens(c_proj_, h));
+  }
+  std::string describe() const override { return "MLP(GELU)"; }
+
+ private:
+  Linear& c_fc_;
+  Linear& c_proj_;
+  Dropout* dropout_;
+};
+
+class GptBlock : public Module {
+ public:
+  GptBlock(const GptSpec& spec, double proj_std) {
+    ln_1_ = add<LayerNorm>("ln_1", std::make_unique<LayerNorm>(spec.n_embd));
+    attn_ = add<GptAttention>("attn", std::make_unique<GptAttention>(spec, proj_std));
+    ln_2_ = add<LayerNorm>("ln_2", std::make_unique<LayerNorm>(spec.n_embd));
+    mlp_ = add<GptMlp>("mlp", std::make_unique<GptMlp>(spec, proj_std));
+  }
+  Variable forward(const Variable& x) override {
+    Variable h = autograd::add(x, attn_->forward(ln_1_->forward(x)));
+    return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
+  }
+  Variable decode(const Variable& x, Tensor& keys, Tensor& values, int64_t pos) {
+    Variable h = autograd::add(x, attn_->decode(ln_1_->forward(x), keys, values, pos));
+    return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
+  }
+  std::string describe() const override { return "Block"; }
+
+ private:
+  template <class M>
+  M* add(const std::string& name, std::unique_ptr<M> module) {
+    M* raw = module.get();
+    add_child(name, std::move(module));
+    return raw;
+  }
+  LayerNorm* ln_1_;
+  GptAttention* attn_;
+  LayerNorm* ln_2_;
+  GptMlp* mlp_;
+};
+
+void check_gpt_spec(const GptSpec& s) {
+  auto positive = [](const char* key, int64_t v) {
+    if (v < 1) throw_error(ErrorKind::kConfig, key, "must be >= 1, got " + std::to_string(v));
+  };
+  positive("model.vocab_size", s.vocab_size);
+  positive("model.block_size", s.block_size);
+  positive("model.n_layer", s.n_layer);
+  positive("model.n_head", s.n_head);
+  positive("model.n_embd", s.n_embd);
+  if (s.n_embd % s.n_head != 0)
+    throw_error(ErrorKind::kConfig, "model.n_embd",
+                std::to_string(s.n_embd) + " is not divisible by model.n_head = " + std::to_string(s.n_head) +
+                    ": every head takes n_embd / n_head columns");
+  if (!(s.dropout >= 0.0f && s.dropout < 1.0f))
+    throw_error(ErrorKind::kConfig, "model.dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
+}
+
+Gpt::Gpt(const GptSpec& spec) : spec_(spec) {
+  check_gpt_spec(spec);
+  // Residual projections are scaled down so the residual stream's variance
+  // does not grow with depth (GPT-2; nanoGPT's c_proj init).
+  const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(spec.n_layer));
+  auto transformer = std::make_unique<ModuleDict>();
+  wte_ = &transformer->add("wte", std::make_unique<Embedding>(spec.vocab_size, spec.n_embd));
+  wpe_ = &transformer->add("wpe", std::make_unique<Embedding>(spec.block_size, spec.n_embd));
+  wte_->weight().init.std = kInitStd;
+  wpe_->weight().init.std = kInitStd;
+  dropouts_.push_back(&transformer->add("drop", std::make_unique<Dropout>(spec.dropout)));
+  auto blocks = std::make_unique<ModuleList>();
+  for (int64_t i = 0; i < spec.n_layer; ++i) {
+    auto block = std::make_unique<GptBlock>(spec, proj_std);
+    blocks_.push_back(block.get());
+    blocks->add(std::move(block));
+  }
+  transformer->add("h", std::move(blocks));
+  ln_f_ = &transformer->add("ln_f", std::make_unique<LayerNorm>(spec.n_embd));
+  add_child("transformer", std::move(transformer));
+  lm_head_ = nullptr;
+  if (!spec.tie_weights) {
+    auto head = std::make_unique<Linear>(spec.n_embd, spec.vocab_size, /*bias=*/false);
+    lm_head_ = head.get();
+    init_linear(*head, kInitStd);
+    add_child("lm_head", std::move(head));
+  }
+}
+
+Variable Gpt::forward(const Variable& ids) {
+  const Shape& s = ids.shape();
+  if (s.size() != 2 || s[1] < 1 || s[1] > spec_.block_size)
+    throw_error(ErrorKind::kShape, "GPT",
+                "input " + shape_str(s) + ": expected token ids [batch, T] with 1 <= T <= block_size = " +
+                    std::to_string(spec_.block_size));
+  const int64_t batch = s[0], t = s[1], n = batch * t;
+  std::vector<int64_t> tokens(static_cast<size_t>(n)), positions(static_cast<size_t>(n));
+  const float* values = ids.value().data();
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int64_t>(values[i]);
+    positions[i] = i % t;
+  }
+  Variable x = autograd::add(wte_->lookup(tokens), wpe_->lookup(positions));
+  x = dropouts_[0]->forward(autograd::reshape(x, {batch, t, spec_.n_embd}));
+  for (GptBlock* block : blocks_) x = block->forward(x);
+  x = autograd::reshape(ln_f_->forward(x), {n, spec_.n_embd});
+  return lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_->weight().var, Variable());
+}
+
+std::string Gpt::describe() const {
+  return "GPT(vocab_size=" + std::to_string(spec_.vocab_size) + ", block_size=" + std::to_string(spec_.block_size) +
+         ", n_layer=" + std::to_string(spec_.n_layer) + ", n_head=" + std::to_string(spec_.n_head) +
+         ", n_embd=" + std::to_string(spec_.n_embd) + (spec_.tie_weights ? ", tied head)" : ")");
+}
+
+KvCache Gpt::new_cache() const {
+  KvCache cache;
+  for (int64_t i = 0; i < spec_.n_layer; ++i) {
+    cache.keys.push_back(Tensor::zeros({spec_.block_size, spec_.n_embd}));
+    cache.values.push_back(Tensor::zeros({spec_.block_size, spec_.n_embd}));
+  }
+  return cache;
+}
+
+Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
+  if (cache.length >= spec_.block_size)
+    throw_error(ErrorKind::kUsage, "GPT generation",
+                "the cache holds " + std::to_string(cache.length) + " positions, the whole context (block_size = " +
+                    std::to_string(spec_.block_size) + ")");
+  autograd::NoGradGuard no_grad;
+  const int64_t pos = cache.length;
+  Variable x = autograd::add(wte_->lookup({token}), wpe_->lookup({pos}));
+  x = autograd::reshape(x, {1, 1, spec_.n_embd});
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->decode(x, cache.keys[i], cache.values[i], pos);
+  x = autograd::reshape(ln_f_->forward(x), {1, spec_.n_embd});
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_->weight().var, Variable());
+  ++cache.length;
+  return logits.value().view({spec_.vocab_size});
+}
+
+std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }
+
+int64_t gpt_parameter_count(const GptSpec& s) {
+  const int64_t c = s.n_embd;
+  const int64_t block = 2 * (2 * c)                 // ln_1, ln_2
+                        + (c * 3 * c + 3 * c)      // c_attn
+                        + (c * c + c)              // attn.c_proj
+                        + (c * 4 * c + 4 * c)      // c_fc
+                        + (4 * c * c + c);         // mlp.c_proj
+  return s.vocab_size * c + s.block_size * c + s.n_layer * block + 2 * c + (s.tie_weights ? 0 : s.vocab_size * c);
+}
+
+}  // namespace gradmesh::nn

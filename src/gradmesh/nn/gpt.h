@@ -1,0 +1,83 @@
+// A GPT-style decoder-only transformer language model (the layout of
+// nanoGPT's GPT, so a PyTorch nn.Module of the same config loads the weights
+// by name):
+//
+//   transformer.wte   Embedding(vocab_size, n_embd)      token embedding
+//   transformer.wpe   Embedding(block_size, n_embd)      position embedding
+//   transformer.h.i   Block: x + attn(ln_1(x)), then x + mlp(ln_2(x))
+//       attn.c_attn   Linear(n_embd, 3 n_embd)  q, k, v of every head
+//       attn.c_proj   Linear(n_embd, n_embd)
+//       mlp.c_fc      Linear(n_embd, 4 n_embd), GELU (exact)
+//       mlp.c_proj    Linear(4 n_embd, n_embd)
+//   transformer.ln_f  LayerNorm(n_embd)
+//   lm_head           Linear(n_embd, vocab_size, no bias); with tie_weights
+//                     it is transformer.wte's matrix and has no entry of its own
+//
+// Initialisation as nanoGPT's: weights N(0, 0.02), each residual projection
+// (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0. Dropout
+// (when > 0) follows the embeddings and each residual branch; attention
+// weights are not dropped. Causal attention runs fused
+// (autograd::causal_self_attention): the [T, T] scores never exist whole.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gradmesh/nn/layers.h"
+
+namespace gradmesh::nn {
+
+struct GptSpec {
+  int64_t vocab_size = 256;
+  int64_t block_size = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  float dropout = 0.0f;
+  bool tie_weights = true;
+};
+
+// Throws Error(kConfig) naming the key when a GptSpec cannot be built
+// (n_embd not divisible by n_head, a size below 1).
+void check_gpt_spec(const GptSpec& spec);
+
+// Keys and values of every block for the positions generated so far, so each
+// new token costs one position of attention, not the whole context.
+struct KvCache {
+  int64_t length = 0;                // positions cached
+  std::vector<Tensor> keys, values;  // per block: [block_size, n_embd]
+};
+
+class GptBlock;
+
+class Gpt : public Module {
+ public:
+  explicit Gpt(const GptSpec& spec);
+  // ids [B, T] (token ids as floats, T <= block_size) -> logits [B * T, vocab_size].
+  Variable forward(const Variable& ids) override;
+  std::string describe() const override;
+  const GptSpec& spec() const { return spec_; }
+
+  // Generation (no tape): an empty cache for this model.
+  KvCache new_cache() const;
+  // Feeds `token` at position cache.length and returns the logits [vocab_size]
+  // of the next token. REQUIRES: cache.length < block_size (kUsage otherwise).
+  Tensor next_token_logits(int64_t token, KvCache& cache);
+
+ private:
+  GptSpec spec_;
+  Embedding* wte_;
+  Embedding* wpe_;
+  std::vector<GptBlock*> blocks_;
+  LayerNorm* ln_f_;
+  Linear* lm_head_;  // null when tied
+  std::vector<Dropout*> dropouts_;
+};
+
+std::unique_ptr<Gpt> build_gpt(const GptSpec& spec);
+
+// Parameters of a GPT of this spec (the tied head counted once).
+int64_t gpt_parameter_count(const GptSpec& spec);
+
+}  // namespace gradmesh::nn
