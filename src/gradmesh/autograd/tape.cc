@@ -31,6 +31,22 @@ void Tape::backward(const Variable& loss, const GradReadyHook& hook) {
   GradTarget seed = grad_target(root);
   seed.data[0] = seed.accumulate ? seed.data[0] + 1.0f : 1.0f;
 
+  run_backward(hook);
+  clear();
+}
+
+void Tape::backward_from(const Variable& output, const Tensor& grad) {
+  VariableState& root = *output.state();
+  GRADMESH_CHECK(root.value.shape() == grad.shape(), "backward_from: gradient " + shape_str(grad.shape()) +
+                                                        " for an output of " + shape_str(root.value.shape()));
+  GradTarget seed = grad_target(root);
+  const float* g = grad.data();
+  for (int64_t i = 0; i < grad.numel(); ++i) seed.data[i] = seed.accumulate ? seed.data[i] + g[i] : g[i];
+  run_backward({});
+  ops_.clear();  // every use was counted down: nothing to reset
+}
+
+void Tape::run_backward(const GradReadyHook& hook) {
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
     Op& op = *it;
     // An output no gradient reached contributes nothing; skipping it is exact.
@@ -45,7 +61,6 @@ void Tape::backward(const Variable& loss, const GradReadyHook& hook) {
       if (input->param_index >= 0 && --input->pending_uses == 0 && hook) hook(input->param_index);
     }
   }
-  clear();
 }
 
 void Tape::clear() {
@@ -57,10 +72,14 @@ void Tape::clear() {
 
 namespace {
 thread_local Tape t_tape;
+thread_local Tape* t_current = &t_tape;
 thread_local bool t_grad_enabled = true;
 }  // namespace
 
-Tape& current_tape() { return t_tape; }
+Tape& current_tape() { return *t_current; }
+
+TapeScope::TapeScope(Tape& tape) : previous_(t_current) { t_current = &tape; }
+TapeScope::~TapeScope() { t_current = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }

@@ -33,6 +33,12 @@ class Tape {
   // REQUIRES: loss is a scalar recorded on this tape.
   void backward(const Variable& loss, const GradReadyHook& hook = {});
 
+  // Backpropagates from a non-scalar `output` recorded on this tape whose
+  // gradient is `grad` (a recomputed piece of a larger graph: see
+  // checkpoint.h). Parameter use counts go down as in backward(), without
+  // firing any hook, so the enclosing tape still sees its own uses. Clears the tape.
+  void backward_from(const Variable& output, const Tensor& grad);
+
   void clear();
   size_t size() const { return ops_.size(); }
 
@@ -42,11 +48,24 @@ class Tape {
     std::shared_ptr<VariableState> output;
     std::function<void()> backward;
   };
+  void run_backward(const GradReadyHook& hook);
   std::vector<Op> ops_;
 };
 
 // The tape ops record on (thread-local; one per training thread).
 Tape& current_tape();
+
+// Makes `tape` the current tape of this thread until destroyed.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
 
 // Whether ops record at all (false inside a NoGradGuard: evaluation).
 bool grad_enabled();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gradmesh/autograd/attention.h"
+#include "gradmesh/autograd/checkpoint.h"
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/error.h"
@@ -99,23 +100,32 @@ class GptMlp : public GptPart {
 
 class GptBlock : public Module {
  public:
-  GptBlock(const GptSpec& spec, double proj_std) {
+  GptBlock(const GptSpec& spec, double proj_std) : recompute_(spec.recompute) {
     ln_1_ = add<LayerNorm>("ln_1", std::make_unique<LayerNorm>(spec.n_embd));
     attn_ = add<GptAttention>("attn", std::make_unique<GptAttention>(spec, proj_std));
     ln_2_ = add<LayerNorm>("ln_2", std::make_unique<LayerNorm>(spec.n_embd));
     mlp_ = add<GptMlp>("mlp", std::make_unique<GptMlp>(spec, proj_std));
   }
   Variable forward(const Variable& x) override {
-    Variable h = autograd::add(x, attn_->forward(ln_1_->forward(x)));
-    return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
+    if (!(recompute_ && training() && autograd::grad_enabled())) return run(x);
+    std::vector<std::pair<std::string, Parameter*>> named;
+    collect_parameters("", named);
+    std::vector<Variable> params;
+    for (auto& [name, p] : named) params.push_back(p->var);
+    return autograd::checkpoint([this](const Variable& input) { return run(input); }, x, params);
   }
   Variable decode(const Variable& x, Tensor& keys, Tensor& values, int64_t pos) {
     Variable h = autograd::add(x, attn_->decode(ln_1_->forward(x), keys, values, pos));
     return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
   }
-  std::string describe() const override { return "Block"; }
+  std::string describe() const override { return recompute_ ? "Block (recomputed in backward)" : "Block"; }
 
  private:
+  Variable run(const Variable& x) {
+    Variable h = autograd::add(x, attn_->forward(ln_1_->forward(x)));
+    return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
+  }
+  bool recompute_;
   template <class M>
   M* add(const std::string& name, std::unique_ptr<M> module) {
     M* raw = module.get();

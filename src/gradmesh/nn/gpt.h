@@ -16,7 +16,8 @@
 // Initialisation as nanoGPT's: weights N(0, 0.02), each residual projection
 // (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0. Dropout
 // (when > 0) follows the embeddings and each residual branch; attention
-// weights are not dropped. Causal attention runs fused
+// weights are not dropped. With recompute, blocks are checkpointed
+// (autograd::checkpoint). Causal attention runs fused
 // (autograd::causal_self_attention): the [T, T] scores never exist whole.
 #pragma once
 
@@ -36,6 +37,10 @@ struct GptSpec {
   int64_t n_embd = 128;
   float dropout = 0.0f;
   bool tie_weights = true;
+  // Activation checkpointing: while training, each block keeps only its
+  // input and recomputes its activations during backward
+  // (autograd/checkpoint.h): less memory, one more block forward per step.
+  bool recompute = false;
 };
 
 // Throws Error(kConfig) naming the key when a GptSpec cannot be built
