@@ -75,6 +75,8 @@ bench: build
 	python3 bench/engine.py
 	python3 bench/comm.py
 	python3 bench/ddp.py
+	python3 bench/gpt_oracle.py
+	python3 bench/gpt_speed.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
