@@ -251,3 +251,75 @@ TEST_F(GptTest, RecomputedBlocksGiveBitIdenticalGradients) {
 
 }  // namespace
 }  // namespace gradmesh::nn
+
+namespace gradmesh::nn {
+namespace {
+
+// Unit hooks that poison a unit's parameters (NaN) whenever they are outside
+// the unit's forward or backward and restore them inside: a model that read
+// a parameter outside its unit's window would produce NaN.
+class PoisoningHooks : public UnitHooks {
+ public:
+  explicit PoisoningHooks(Model& model) : model_(model), saved_(model.flat_params().to_vector()),
+                                          units_(model.parameter_units()) {
+    for (size_t u = 0; u < units_.size(); ++u) poison(static_cast<int>(u));
+  }
+  void before_forward(int unit) override { restore(unit), log_.push_back("f" + std::to_string(unit)); }
+  void after_forward(int unit) override { poison(unit); }
+  void before_backward(int unit) override { restore(unit), log_.push_back("b" + std::to_string(unit)); }
+  void after_backward(int unit) override { poison(unit), log_.push_back("/b" + std::to_string(unit)); }
+  void restore_all() {
+    for (size_t u = 0; u < units_.size(); ++u) restore(static_cast<int>(u));
+  }
+  std::vector<std::string> log_;
+
+ private:
+  void each(int unit, const std::function<void(int64_t)>& f) {
+    for (int p : units_[unit]) {
+      const ParameterInfo& info = model_.parameters()[p];
+      for (int64_t i = info.offset; i < info.offset + info.numel; ++i) f(i);
+    }
+  }
+  void poison(int unit) { each(unit, [&](int64_t i) { model_.flat_params().data()[i] = NAN; }); }
+  void restore(int unit) { each(unit, [&](int64_t i) { model_.flat_params().data()[i] = saved_[i]; }); }
+  Model& model_;
+  std::vector<float> saved_;
+  std::vector<std::vector<int>> units_;
+};
+
+std::vector<float> gradients_with(bool hooked, bool recompute, std::vector<std::string>* log) {
+  autograd::current_tape().clear();
+  GptSpec spec = small_spec();
+  spec.recompute = recompute;
+  Model model(build_gpt(spec), 11);
+  std::unique_ptr<PoisoningHooks> hooks;
+  if (hooked) hooks = std::make_unique<PoisoningHooks>(model);
+  forward_context().unit_hooks = hooks.get();
+  model.zero_grad();
+  std::vector<float> ids;
+  std::vector<int32_t> targets;
+  for (int i = 0; i < 2 * 8; ++i) {
+    ids.push_back(static_cast<float>((i * 3) % 11));
+    targets.push_back((i * 3 + 1) % 11);
+  }
+  autograd::Variable loss = autograd::cross_entropy(model.forward(autograd::Variable(ids_tensor(ids, 2))), targets);
+  model.backward(loss);
+  forward_context().unit_hooks = nullptr;
+  if (hooks && log) *log = hooks->log_;
+  return model.flat_grads().to_vector();
+}
+
+TEST_F(GptTest, UnitHooksBracketEveryUseOfAUnitsParameters) {
+  EXPECT_EQ(Model(build_gpt(small_spec()), 1).parameter_units().size(), 4u);  // embeddings, 2 blocks, head
+  for (bool recompute : {false, true}) {
+    std::vector<std::string> log;
+    const std::vector<float> plain = gradients_with(false, recompute, nullptr);
+    const std::vector<float> hooked = gradients_with(true, recompute, &log);
+    EXPECT_TRUE(plain == hooked) << "a parameter was read outside its unit (recompute " << recompute << ")";
+    const std::vector<std::string> want{"f0", "f1", "f2", "f3", "b3", "/b3", "b2", "/b2", "b1", "/b1", "b0", "/b0"};
+    EXPECT_EQ(log, want);
+  }
+}
+
+}  // namespace
+}  // namespace gradmesh::nn

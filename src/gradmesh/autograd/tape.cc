@@ -24,6 +24,10 @@ void Tape::record(std::vector<std::shared_ptr<VariableState>> inputs, std::share
   ops_.push_back(Op{std::move(inputs), std::move(output), std::move(backward)});
 }
 
+void Tape::record_hook(std::function<void()> hook) {
+  ops_.push_back(Op{{}, std::make_shared<VariableState>(), std::move(hook), /*always=*/true});
+}
+
 void Tape::backward(const Variable& loss, const GradReadyHook& hook) {
   if (!loss.requires_grad() || loss.value().numel() != 1)
     throw_error(ErrorKind::kShape, "backward", "loss must be a recorded scalar, got shape " + shape_str(loss.shape()));
@@ -50,7 +54,7 @@ void Tape::run_backward(const GradReadyHook& hook) {
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
     Op& op = *it;
     // An output no gradient reached contributes nothing; skipping it is exact.
-    if (op.output->grad_written) op.backward();
+    if (op.output->grad_written || op.always) op.backward();
     // Intermediate gradients are dead once their producer has run: release the
     // storage now so the next op reuses it from the allocator cache.
     if (op.output->param_index < 0) {

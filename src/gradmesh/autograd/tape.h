@@ -33,6 +33,10 @@ class Tape {
   // REQUIRES: loss is a scalar recorded on this tape.
   void backward(const Variable& loss, const GradReadyHook& hook = {});
 
+  // Records `hook` to run when backward reaches this point of the tape,
+  // whether or not any gradient flows there (unit hooks of ZeRO stage 3).
+  void record_hook(std::function<void()> hook);
+
   // Backpropagates from a non-scalar `output` recorded on this tape whose
   // gradient is `grad` (a recomputed piece of a larger graph: see
   // checkpoint.h). Parameter use counts go down as in backward(), without
@@ -47,6 +51,7 @@ class Tape {
     std::vector<std::shared_ptr<VariableState>> inputs;
     std::shared_ptr<VariableState> output;
     std::function<void()> backward;
+    bool always = false;  // a hook: runs even when no gradient reached `output`
   };
   void run_backward(const GradReadyHook& hook);
   std::vector<Op> ops_;

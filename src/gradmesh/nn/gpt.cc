@@ -197,11 +197,32 @@ Variable Gpt::forward(const Variable& ids) {
     tokens[i] = static_cast<int64_t>(values[i]);
     positions[i] = i % t;
   }
-  Variable x = autograd::add(wte_->lookup(tokens), wpe_->lookup(positions));
-  x = dropouts_[0]->forward(autograd::reshape(x, {batch, t, spec_.n_embd}));
-  for (GptBlock* block : blocks_) x = block->forward(x);
-  x = autograd::reshape(ln_f_->forward(x), {n, spec_.n_embd});
-  return lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_->weight().var, Variable());
+  Variable x = run_unit(0, ids, [&](const Variable&) {
+    Variable e = autograd::add(wte_->lookup(tokens), wpe_->lookup(positions));
+    return dropouts_[0]->forward(autograd::reshape(e, {batch, t, spec_.n_embd}));
+  });
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = run_unit(static_cast<int>(i) + 1, x, [&](const Variable& in) { return blocks_[i]->forward(in); });
+  return run_unit(static_cast<int>(blocks_.size()) + 1, x, [&](const Variable& in) {
+    Variable h = autograd::reshape(ln_f_->forward(in), {n, spec_.n_embd});
+    return lm_head_ ? lm_head_->forward(h) : autograd::linear(h, wte_->weight().var, Variable());
+  });
+}
+
+std::vector<std::vector<Parameter*>> Gpt::parameter_units() {
+  auto params_of = [](Module& m) {
+    std::vector<std::pair<std::string, Parameter*>> named;
+    m.collect_parameters("", named);
+    std::vector<Parameter*> out;
+    for (auto& [name, p] : named) out.push_back(p);
+    return out;
+  };
+  std::vector<std::vector<Parameter*>> units{{&wte_->weight(), &wpe_->weight()}};
+  for (GptBlock* block : blocks_) units.push_back(params_of(*block));
+  std::vector<Parameter*> head = params_of(*ln_f_);
+  head.push_back(lm_head_ ? &lm_head_->weight() : &wte_->weight());
+  units.push_back(head);
+  return units;
 }
 
 std::string Gpt::describe() const {

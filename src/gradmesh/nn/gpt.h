@@ -63,6 +63,9 @@ class Gpt : public Module {
   Variable forward(const Variable& ids) override;
   std::string describe() const override;
   const GptSpec& spec() const { return spec_; }
+  // Units (ZeRO stage 3 gathers one at a time): the two embeddings, each
+  // block, and the head (ln_f with lm_head, or with wte when tied).
+  std::vector<std::vector<Parameter*>> parameter_units() override;
 
   // Generation (no tape): an empty cache for this model.
   KvCache new_cache() const;

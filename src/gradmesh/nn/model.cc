@@ -34,6 +34,32 @@ Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root
     if (auto* d = dynamic_cast<Dropout*>(m)) d->set_layer_key(dropout_key++);
 }
 
+Variable Model::forward(const Variable& x) {
+  if (!forward_context().unit_hooks || !root_->parameter_units().empty()) return root_->forward(x);
+  return run_unit(0, x, [this](const Variable& in) { return root_->forward(in); });
+}
+
+std::vector<std::vector<int>> Model::parameter_units() {
+  std::vector<std::vector<Parameter*>> units = root_->parameter_units();
+  std::vector<std::vector<int>> out;
+  if (units.empty()) {
+    out.emplace_back();
+    for (size_t i = 0; i < params_.size(); ++i) out.back().push_back(static_cast<int>(i));
+    return out;
+  }
+  std::map<const Parameter*, int> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i]] = static_cast<int>(i);
+  for (const auto& unit : units) {
+    out.emplace_back();
+    for (const Parameter* p : unit) {
+      auto it = index.find(p);
+      GRADMESH_CHECK(it != index.end(), "a parameter unit names a parameter the model does not hold");
+      out.back().push_back(it->second);
+    }
+  }
+  return out;
+}
+
 void Model::zero_grad() {
   for (Parameter* p : params_) p->var.state()->grad_written = false;
 }

@@ -28,7 +28,8 @@ class Model {
   // Places every parameter of `root` in the flat buffer and initialises it from `seed`.
   Model(std::unique_ptr<Module> root, uint64_t seed);
 
-  Variable forward(const Variable& x) { return root_->forward(x); }
+  // The root's forward; a root without parameter units runs as unit 0.
+  Variable forward(const Variable& x);
   Module& root() { return *root_; }
   void set_training(bool training) { root_->set_training(training); }
 
@@ -50,6 +51,10 @@ class Model {
   // with the same shape, and no unknown name may appear; `source` names the
   // file in errors. BF16 tensors are widened to float32.
   void load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source);
+
+  // The parameter indices of each unit, in forward order: the root's
+  // parameter_units(), or one unit holding every parameter.
+  std::vector<std::vector<int>> parameter_units();
 
   // A PyTorch-like printout of the layers and a parameter count.
   std::string summary();

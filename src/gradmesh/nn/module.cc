@@ -1,10 +1,27 @@
 #include "gradmesh/nn/module.h"
 
+#include "gradmesh/autograd/tape.h"
+
 namespace gradmesh::nn {
 
 ForwardContext& forward_context() {
   thread_local ForwardContext context;
   return context;
+}
+
+Variable run_unit(int unit, const Variable& x, const std::function<Variable(const Variable&)>& f) {
+  UnitHooks* hooks = forward_context().unit_hooks;
+  if (!hooks) return f(x);
+  hooks->before_forward(unit);
+  autograd::Tape& tape = autograd::current_tape();
+  // Backward replays the tape in reverse: a hook recorded before the unit's
+  // ops runs after their backward, one recorded after them runs before.
+  const bool recording = autograd::grad_enabled();
+  if (recording) tape.record_hook([hooks, unit] { hooks->after_backward(unit); });
+  Variable y = f(x);
+  hooks->after_forward(unit);
+  if (recording) tape.record_hook([hooks, unit] { hooks->before_backward(unit); });
+  return y;
 }
 
 void Module::collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Parameter*>>& out) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,13 +27,33 @@ struct Parameter {
   Variable var;  // bound by nn::Model to a view of its flat buffer
 };
 
+// Hooks around the units of a model: groups of parameters used together (a
+// GPT's embeddings, each of its blocks, its head). ZeRO stage 3 keeps only a
+// shard of every parameter and gathers a unit's parameters just before the
+// unit runs, forward and backward, and frees them after.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int unit) = 0;
+  virtual void after_forward(int unit) = 0;
+  // Called (when a tape records) as backward reaches the unit's last op, and after its first.
+  virtual void before_backward(int unit) = 0;
+  virtual void after_backward(int unit) = 0;
+};
+
 // Per-step values that some layers need (dropout masks), set by the trainer.
 struct ForwardContext {
   uint64_t seed = 0;
   uint64_t step = 0;          // global optimizer step
   int64_t first_sample = 0;   // global index (within the global batch) of this rank's first row
+  UnitHooks* unit_hooks = nullptr;  // ZeRO stage 3; null: every parameter is always present
 };
 ForwardContext& forward_context();
+
+// f(x) as parameter unit `unit` of its model, between the calls of
+// forward_context().unit_hooks (when set); a module that reports
+// parameter_units() runs each of them through this.
+Variable run_unit(int unit, const Variable& x, const std::function<Variable(const Variable&)>& f);
 
 class Module {
  public:
@@ -50,6 +71,11 @@ class Module {
   bool training() const { return training_; }
 
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
+
+  // The parameter units of this module, in the order forward runs them
+  // (through run_unit). Empty (the default): the module does not split its
+  // parameters, and nn::Model runs it whole as one unit.
+  virtual std::vector<std::vector<Parameter*>> parameter_units() { return {}; }
 
  protected:
   Parameter& add_parameter(const std::string& name, const Shape& shape, const InitSpec& init);
