@@ -1,8 +1,5 @@
 #include "gradmesh/parallel/zero_reducer.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,41 +8,11 @@
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/optim/clip.h"
+#include "gradmesh/parallel/released_pages.h"
 
 namespace gradmesh::parallel {
 
 namespace {
-
-uintptr_t page_bytes() {
-  static const uintptr_t bytes = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  return bytes;
-}
-
-// Returns the whole pages inside [begin, end) to the OS. The memory is the
-// private anonymous kind every Tensor's heap storage is, so those pages read
-// back as zeros and come back, zero-filled, on the next write. Bytes of
-// partly covered pages stay as they are (the rest of such a page belongs to
-// a neighbour). Returns [first, last) of what was given back.
-std::pair<std::byte*, std::byte*> give_back_pages(std::byte* begin, std::byte* end) {
-  const uintptr_t page = page_bytes();
-  auto* first = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page);
-  auto* last = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(end) / page * page);
-  if (first >= last) return {end, end};
-  if (::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) != 0) {
-    std::memset(first, 0, static_cast<size_t>(last - first));  // still zeros, just not given back
-  }
-  return {first, last};
-}
-
-// Zeroes x[0, n), giving its whole pages back to the OS instead of writing them.
-void zero_and_give_back(float* x, int64_t n) {
-  if (n <= 0) return;
-  auto* begin = reinterpret_cast<std::byte*>(x);
-  auto* end = reinterpret_cast<std::byte*>(x + n);
-  const auto [first, last] = give_back_pages(begin, end);
-  std::memset(begin, 0, static_cast<size_t>(first - begin));
-  if (last < end) std::memset(last, 0, static_cast<size_t>(end - last));
-}
 
 // Copies n floats and says whether they were all finite (one pass, while
 // they are in cache; the exponent test vectorises where isfinite would not).
@@ -69,9 +36,9 @@ ZeroReducer::ZeroReducer(nn::Model& model, std::shared_ptr<comm::ProcessGroup> g
       options_(options),
       layout_(model_.parameters(), group_->size(), options_.first_bucket_bytes, options_.bucket_bytes),
       rank_(group_->rank()) {
-  if (options_.stage != 1 && options_.stage != 2)
+  if (options_.stage < 1 || options_.stage > 3)
     throw_error(ErrorKind::kConfig, "parallel.zero_stage",
-                "ZeroReducer runs stage 1 or 2, got " + std::to_string(options_.stage) +
+                "ZeroReducer runs stage 1, 2 or 3, got " + std::to_string(options_.stage) +
                     " (stage 0 is GradientReducer's plain data parallelism)");
   owned_ = layout_.owned_ranges(rank_);
   const std::vector<ShardBucket>& buckets = layout_.buckets();
@@ -164,7 +131,7 @@ void ZeroReducer::take_in(size_t b) {
   const FlatRange mine = layout_.owned(b, rank_);
   const float* sum = received_.data() + received_offset_[b];
   shard_finite_ &= copy_finite(sum, model_.flat_grads().data() + mine.begin, mine.size());
-  if (options_.stage == 2) release_others_gradients(b);
+  if (options_.stage >= 2) release_others_gradients(b);
 }
 
 void ZeroReducer::release_others_gradients(size_t b) {
@@ -174,8 +141,8 @@ void ZeroReducer::release_others_gradients(size_t b) {
   zero_and_give_back(grads + range.begin, mine.begin - range.begin);
   zero_and_give_back(grads + mine.end, range.end - mine.end);
   // The received piece is copied out; its pages are scratch until the next step.
-  auto* received = reinterpret_cast<std::byte*>(received_.data() + received_offset_[b]);
-  give_back_pages(received, received + layout_.buckets()[b].piece * static_cast<int64_t>(sizeof(float)));
+  float* received = received_.data() + received_offset_[b];
+  give_back_whole_pages(received, received + layout_.buckets()[b].piece);
 }
 
 void ZeroReducer::wait_for(comm::Work& work, const std::string& what_expired) const {
@@ -261,6 +228,8 @@ float ZeroReducer::clip_grad_norm(float max_norm) {
 }
 
 double ZeroReducer::gather_params() {
+  // Stage 3 keeps the parameters sharded: ZeroParamShards gathers each unit when it runs.
+  if (options_.stage == 3) return 0;
   const double start = now_seconds();
   const std::vector<ShardBucket>& buckets = layout_.buckets();
   float* params = model_.flat_params().data();
@@ -286,10 +255,7 @@ double ZeroReducer::gather_params() {
   if (!buckets.empty() && buckets.back().padded != buckets.back().range.size())
     std::memcpy(params + buckets.back().range.begin, padded_.data(),
                 static_cast<size_t>(buckets.back().range.size()) * sizeof(float));
-  if (options_.stage == 2) {
-    auto* received = reinterpret_cast<std::byte*>(received_.data());
-    give_back_pages(received, received + received_.nbytes());
-  }
+  if (options_.stage == 2) give_back_whole_pages(received_.data(), received_.data() + received_.numel());
   return now_seconds() - start;
 }
 

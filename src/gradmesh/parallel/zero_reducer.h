@@ -50,7 +50,8 @@
 namespace gradmesh::parallel {
 
 struct ZeroOptions {
-  int stage = 1;  // 1: shard the optimizer state; 2: also the reduced gradients
+  int stage = 1;  // 1: shard the optimizer state; 2: also the reduced gradients; 3: also the parameters
+                  // (with ZeroParamShards as the model's unit hooks; gradients as in stage 2)
   int64_t bucket_bytes = int64_t{4} << 20;
   int64_t first_bucket_bytes = int64_t{1} << 20;
   bool overlap = true;  // false: launch every bucket only in finish_step(), after backward
