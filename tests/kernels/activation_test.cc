@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -38,6 +39,28 @@ TEST(Activation, ForwardMatchesDoubleReference) {
   EXPECT_NEAR(g[0], 0.8413447f, 1e-6);
   EXPECT_NEAR(g[1], -0.1586553f, 1e-6);
   EXPECT_EQ(g[2], 0.0f);
+}
+
+// GELU runs in lanes of four with its own exp and erf: every input from -12
+// to 12 (lengths that leave a partial last group), the extremes and NaN.
+TEST(Activation, GeluOverItsWholeRangeAndAtTheEdges) {
+  std::vector<float> x;
+  for (int i = -1200; i <= 1200; ++i) x.push_back(static_cast<float>(i) / 100.0f);
+  x.push_back(-1000.0f);
+  x.push_back(1000.0f);
+  const std::vector<float> y = forward(Activation::kGelu, x);
+  std::vector<float> dx(x.size());
+  const std::vector<float> ones(x.size(), 1.0f);
+  activation_backward(Activation::kGelu, x.data(), y.data(), ones.data(), dx.data(), static_cast<int64_t>(x.size()),
+                      false);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xd = x[i];
+    EXPECT_NEAR(y[i], reference(Activation::kGelu, xd), 4e-7 * std::max(1.0, std::abs(xd))) << x[i];
+    const double cdf = 0.5 * (1 + std::erf(xd / std::sqrt(2.0)));
+    const double slope = cdf + xd * std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
+    EXPECT_NEAR(dx[i], slope, 1e-6) << x[i];
+  }
+  EXPECT_TRUE(std::isnan(forward(Activation::kGelu, {NAN})[0]));
 }
 
 TEST(Activation, ForwardInPlace) {
