@@ -98,6 +98,7 @@ dropout = 0.25
 channels = [8, 16, 32]
 kernel_size = 5
 fc_hidden = 64
+recompute = true
 init = "kaiming_uniform"
 [data]
 dir = "/data/fm"
@@ -140,6 +141,8 @@ threads = 0
 log_every = 1
 eval_every_epoch = false
 init_from = "w.safetensors"
+[parallel]
+zero = 2
 [output]
 dir = "out"
 run_id = "r1"
@@ -158,6 +161,8 @@ TEST(Config, EveryKeyIsRead) {
   EXPECT_EQ(c.model.kernel_size, 5);
   EXPECT_EQ(c.model.fc_hidden, 64);
   EXPECT_EQ(c.model.init, "kaiming_uniform");
+  EXPECT_TRUE(c.model.recompute);
+  EXPECT_EQ(c.parallel.zero, 2);
   EXPECT_EQ(c.data.dir, "/data/fm");
   EXPECT_EQ(c.data.train_images, "a");
   EXPECT_EQ(c.data.train_labels, "b");
@@ -362,6 +367,25 @@ TEST(ConfigErrors, CrossKeyRules) {
   std::string nesterov = config_error("[optim]\nnesterov = true\nmomentum = 0.0\n");
   EXPECT_NE(nesterov.find("optim.nesterov"), std::string::npos) << nesterov;
   EXPECT_TRUE(parse_config("[optim]\nnesterov = true\n", "x").optim.nesterov);
+}
+
+TEST(ConfigErrors, ZeroStageThreeAndWhatZeroCannotBeCombinedWith) {
+  EXPECT_EQ(Config().parallel.zero, 0);
+  EXPECT_FALSE(Config().model.recompute);
+  for (int stage : {0, 1, 2}) EXPECT_EQ(parse_config("[parallel]\nzero = " + std::to_string(stage), "x").parallel.zero, stage);
+  const std::string three = config_error("[parallel]\nzero = 3\n");
+  EXPECT_NE(three.find("parallel.zero: stage 3 is not available yet"), std::string::npos) << three;
+  const std::string four = config_error("[parallel]\nzero = 4\n");
+  EXPECT_NE(four.find("parallel.zero"), std::string::npos) << four;
+  const std::string bf16 = config_error("[parallel]\nzero = 1\ncomm_dtype = \"bf16\"\n");
+  EXPECT_NE(bf16.find("parallel.comm_dtype"), std::string::npos) << bf16;
+  const std::string recovery = config_error("[parallel]\nzero = 2\n[elastic]\nrecovery = \"in-process\"\n");
+  EXPECT_NE(recovery.find("elastic.recovery: \"in-process\" cannot be combined with parallel.zero = 2"),
+            std::string::npos)
+      << recovery;
+  // Plain data parallelism keeps both.
+  const Config plain = parse_config("[parallel]\ncomm_dtype = \"bf16\"\n[elastic]\nrecovery = \"in-process\"\n", "x");
+  EXPECT_EQ(plain.elastic.recovery, "in-process");
 }
 
 TEST(ConfigOverrides, ValuesAreTomlOrBareStrings) {

@@ -38,6 +38,15 @@ TEST(ModelFactory, CountMatchesTheBuiltModelAndClassesSetTheOutputWidth) {
   EXPECT_EQ(count_parameters(mlp, kFashion), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
 }
 
+TEST(ModelFactory, TheGptSpecCarriesRecompute) {
+  ModelConfig gpt;
+  gpt.kind = "gpt";
+  const InputGeometry tokens{0, 0, 0, 50};
+  EXPECT_FALSE(gpt_spec(gpt, tokens).recompute);
+  gpt.recompute = true;
+  EXPECT_TRUE(gpt_spec(gpt, tokens).recompute);
+}
+
 TEST(ModelFactory, AModelBeyondTwoToTheThirtyOneParametersIsRefused) {
   ModelConfig wide;
   wide.hidden = {1 << 20, 1 << 20};  // each width allowed, the product is not

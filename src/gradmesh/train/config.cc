@@ -173,6 +173,25 @@ void read_root(const toml::table& root, Config& config, std::vector<Problem>& pr
   }
 }
 
+// parallel.zero and what it cannot be combined with (docs/zero.md).
+void check_zero_keys(const Config& config, const std::string& where) {
+  const int64_t zero = config.parallel.zero;
+  if (zero == 3)
+    config_error(where, "parallel.zero: stage 3 is not available yet (it would shard the parameters too); "
+                        "use 1 (optimizer state) or 2 (optimizer state and gradients)");
+  if (zero == 0) return;
+  if (config.parallel.comm_dtype != "f32")
+    config_error(where, "parallel.comm_dtype: ZeRO (parallel.zero = " + std::to_string(zero) +
+                            ") reduce-scatters float32 gradients only, got \"" + config.parallel.comm_dtype +
+                            "\"; set comm_dtype = \"f32\" or parallel.zero = 0");
+  if (config.elastic.recovery == "in-process")
+    config_error(where, "elastic.recovery: \"in-process\" cannot be combined with parallel.zero = " +
+                            std::to_string(zero) +
+                            ": each rank holds only its shard of the optimizer state, which dies with a failed "
+                            "worker; use elastic.recovery = \"restart\" (resumes from the sharded checkpoint) or "
+                            "parallel.zero = 0");
+}
+
 // Rules that involve more than one key; same rules as PyTorch where it has one.
 void check_cross_key(const Config& config, const std::string& where) {
   if (config.schedule.kind == "cosine" && config.schedule.min_lr > config.optim.lr)
@@ -183,6 +202,7 @@ void check_cross_key(const Config& config, const std::string& where) {
     config_error(where, "optim.nesterov: Nesterov momentum needs optim.momentum > 0 and optim.dampening = 0, got "
                         "momentum " + number_text(config.optim.momentum) + " and dampening " +
                             number_text(config.optim.dampening) + " (set nesterov = false or change them)");
+  check_zero_keys(config, where);
 }
 
 std::string trim(const std::string& text) {

@@ -36,6 +36,7 @@ struct ModelConfig {
   int64_t block_size;           // gpt context length
   int64_t vocab_size;           // gpt; 0 = the token set's
   bool tie_weights;             // gpt: lm_head shares the token embedding
+  bool recompute;               // gpt: activation checkpointing of the blocks
   std::string init;             // "default" | "kaiming_normal" | "kaiming_uniform" | "xavier_uniform" | "xavier_normal"
   bool operator==(const ModelConfig&) const = default;
 };
@@ -112,6 +113,7 @@ struct ParallelConfig {
   double slow_rank_factor;   // flag a rank whose step time exceeds the median by this factor
   std::string straggler;     // "none" | "rebalance": shift batch samples away from slow ranks every parallel.rebalance_every steps
   int64_t rebalance_every;   // steps between split decisions with straggler = "rebalance"
+  int64_t zero;              // ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients (3 rejected)
   bool operator==(const ParallelConfig&) const = default;
 };
 

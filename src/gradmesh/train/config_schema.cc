@@ -134,6 +134,7 @@ std::vector<KeySpec> build_schema() {
     key<&ModelConfig::block_size>("block_size", 128, closed(1, 65536), "GPT: context length in tokens (the training window and the position table)."),
     key<&ModelConfig::vocab_size>("vocab_size", 0, closed(0, 65536), "GPT: vocabulary size; 0 = the token set's (data.tokens/vocab.json)."),
     key<&ModelConfig::tie_weights>("tie_weights", true, any(), "GPT: the LM head reuses the token embedding matrix (lm_head.weight is transformer.wte.weight)."),
+    key<&ModelConfig::recompute>("recompute", false, any(), "GPT: activation checkpointing: blocks keep only their input in forward and recompute the rest during backward (less memory for activations, about one more forward of the blocks in time; the same gradients)."),
     key<&ModelConfig::init>("init", "default", one_of({"default", "kaiming_normal", "kaiming_uniform", "xavier_uniform", "xavier_normal"}), "Weight init; default is PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases."),
 
     key<&DataConfig::format>("format", "idx", one_of({"idx", "tokens"}), "idx: image classification from the IDX files below; tokens: language modelling on a token set written by gradmesh data prepare-text (data.tokens)."),
@@ -189,6 +190,8 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::slow_rank_factor>("slow_rank_factor", 1.2, open_closed(1, kMaxCoefficient), "Rank 0 flags a rank whose compute time exceeds the median rank's by this factor in three log intervals in a row."),
     key<&ParallelConfig::straggler>("straggler", "none", one_of({"none", "rebalance"}), "rebalance: every parallel.rebalance_every steps, give each rank a share of the global batch proportional to its measured speed, so a slow rank holds the step up less (same global batch; not bit-reproducible)."),
     key<&ParallelConfig::rebalance_every>("rebalance_every", 5, closed(1, kMaxSteps), "With straggler = \"rebalance\": gather every rank's phase times and re-split the batch every N optimizer steps (a small all-gather each time)."),
+
+    key<&ParallelConfig::zero>("zero", 0, closed(0, 3), "ZeRO stage with several ranks (docs/zero.md): 0 = plain data parallelism (every rank holds all parameters, gradients and optimizer state); 1 = each rank keeps the optimizer state of its shard only; 2 = also only its shard of the reduced gradients. Same weights as 0 up to float rounding. 3 (sharded parameters) is not available yet and is rejected. A single process ignores it."),
 
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),

@@ -126,6 +126,7 @@ nn::GptSpec gpt_spec(const ModelConfig& c, const InputGeometry& input) {
   spec.n_embd = c.n_embd;
   spec.dropout = static_cast<float>(c.dropout);
   spec.tie_weights = c.tie_weights;
+  spec.recompute = c.recompute;
   nn::check_gpt_spec(spec);
   return spec;
 }
