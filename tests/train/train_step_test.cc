@@ -14,6 +14,7 @@
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/train/model_factory.h"
+#include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/rank_setup.h"
 #include "gradmesh/train/train_step.h"
 #include "support/temp_dir.h"
@@ -94,9 +95,18 @@ std::vector<RankResult> run_ranks(int world, const std::vector<int>& poisoned, c
   const auto errors = comm::testing::run_rank_threads(world, [&](int rank) {
     auto group = comm::make_shm_process_group(store, rank, world, comm::Millis(20'000));
     std::unique_ptr<nn::Model> model = build_model(config.model, kGeometry, 3);
-    std::unique_ptr<optim::Optimizer> optimizer = sgd(*model);
-    parallel::GradientReducer reducer(*model, group, reducer_options(config.parallel));
-    StepRunner runner(*model, *optimizer, config, &reducer);
+    // parallel.zero picks the reducer and the optimizer's groups as the trainer does.
+    std::unique_ptr<parallel::GradientReducer> reducer;
+    std::unique_ptr<parallel::ZeroReducer> zero;
+    std::unique_ptr<optim::Optimizer> optimizer;
+    if (config.parallel.zero > 0) {
+      zero = std::make_unique<parallel::ZeroReducer>(*model, group, zero_options(config.parallel));
+      optimizer = optim::make_sgd(zero->param_groups([](const nn::ParameterInfo&) { return 0.0f; }), {0.9f, 0.0f, false});
+    } else {
+      reducer = std::make_unique<parallel::GradientReducer>(*model, group, reducer_options(config.parallel));
+      optimizer = sgd(*model);
+    }
+    StepRunner runner(*model, *optimizer, config, reducer.get(), zero.get());
     parallel::PhaseTimes times;
     runner.run(slice(rank, world, 0, false), 0.1f, 0, times, nullptr);
     RankResult& mine = results[static_cast<size_t>(rank)];
@@ -137,6 +147,23 @@ TEST(StepRunner, EveryRankStopsWithTheSameMessageNamingTheRank) {
   expect_every_rank_stopped(
       run_ranks(4, {0, 3}, overlap),
       "step 1: the loss is not finite on ranks 0 (nan) and 3 (nan); lower optim.lr or enable optim.clip_grad_norm");
+}
+
+TEST(StepRunner, UnderZeroEveryRankStopsWithTheSameMessageAndTheCleanStepMatchesPlainDataParallelism) {
+  Config plain = tiny_config();
+  plain.parallel.first_bucket_mb = plain.parallel.bucket_mb = 1e-5;  // several buckets
+  plain.optim.clip_grad_norm = 0.05;  // clipped: the norm comes from every rank's shard
+  const std::vector<RankResult> reference = run_ranks(3, {1}, plain);
+  for (int stage : {1, 2}) {
+    Config zero = plain;
+    zero.parallel.zero = stage;
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::vector<RankResult> results = run_ranks(3, {1}, zero);
+    expect_every_rank_stopped(
+        results, "step 1: the loss is not finite on rank 1 (nan); lower optim.lr or enable optim.clip_grad_norm");
+    // After the clean step every rank holds the full parameters plain data parallelism trains.
+    for (size_t r = 0; r < results.size(); ++r) EXPECT_EQ(results[r].before, reference[r].before) << r;
+  }
 }
 
 }  // namespace

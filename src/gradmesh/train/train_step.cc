@@ -38,19 +38,62 @@ std::string culprits(const std::vector<float>& losses) {
 
 void StepRunner::stop_unless_finite(int64_t step, double loss) {
   const std::string where = "step " + std::to_string(step);
-  if (!reducer_) {
+  if (!reduces()) {
     if (!std::isfinite(loss))
       throw_error(ErrorKind::kInternal, where,
                   "the loss is not finite (" + value_text(static_cast<float>(loss)) + ")" + kDivergenceHint);
     return;
   }
-  if (reducer_->step_finite()) return;
+  if (reducer_ ? reducer_->step_finite() : zero_->step_finite()) return;
   // Every rank got the same verdict from the reduction, so every rank is here.
-  const std::string ranks = culprits(reducer_->gather_step_losses());
+  const std::string ranks = culprits(reducer_ ? reducer_->gather_step_losses() : zero_->gather_step_losses());
   if (ranks.empty())
     throw_error(ErrorKind::kInternal, where,
                 "the summed gradients are not finite although every rank's loss is" + std::string(kDivergenceHint));
   throw_error(ErrorKind::kInternal, where, "the loss is not finite " + ranks + kDivergenceHint);
+}
+
+autograd::GradReadyHook StepRunner::begin_reduction() {
+  if (reducer_) return reducer_->begin_step();
+  if (zero_) return zero_->begin_step();
+  return {};
+}
+
+void StepRunner::set_step_loss(double loss) {
+  if (reducer_) reducer_->set_step_loss(loss);
+  if (zero_) zero_->set_step_loss(loss);
+}
+
+void StepRunner::finish_reduction(parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
+  if (!reduces()) return;
+  const double t0 = now_seconds();
+  const double waited = reducer_ ? reducer_->finish_step() : zero_->finish_step();
+  times[parallel::Phase::kComm] += waited;
+  if (!trace) return;
+  trace->span("compute", "wait for gradients", t0, t0 + waited);
+  const char* what = zero_ ? "reduce-scatter bucket " : "allreduce bucket ";
+  for (const parallel::BucketSpan& b : reducer_ ? reducer_->last_spans() : zero_->last_spans())
+    trace->span("comm", what + std::to_string(b.bucket), b.start_s, b.end_s,
+                obs::JsonObject().add("bytes", b.bytes).add("queued_ms", (b.start_s - b.launch_s) * 1e3));
+}
+
+void StepRunner::update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
+  const double t0 = now_seconds();
+  float* grads = model_.flat_grads().data();
+  const auto max_norm = static_cast<float>(config_.optim.clip_grad_norm);
+  // Under ZeRO no rank holds the whole summed gradient: the norm comes from every rank's shard.
+  if (max_norm > 0) {
+    if (zero_) zero_->clip_grad_norm(max_norm);
+    else optim::clip_grad_norm(grads, model_.num_parameters(), max_norm);
+  }
+  optimizer_.step(model_.flat_params().data(), grads, lr);
+  const double t1 = now_seconds();
+  times[parallel::Phase::kOptimizer] += t1 - t0;
+  if (trace) trace->span("compute", "optimizer", t0, t1);
+  if (!zero_) return;
+  const double gathered = zero_->gather_params();
+  times[parallel::Phase::kComm] += gathered;
+  if (trace) trace->span("comm", "all-gather parameters", t1, t1 + gathered);
 }
 
 double StepRunner::run(const data::Batch& batch, float lr, int64_t step, parallel::PhaseTimes& times,
@@ -72,8 +115,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   Shape shape = batch.images.shape();
   double loss = 0;
   model_.zero_grad();
-  autograd::GradReadyHook hook;
-  if (reducer_) hook = reducer_->begin_step();
+  const autograd::GradReadyHook hook = begin_reduction();
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto [lo, hi] = parts[i];
     const double t0 = now_seconds();
@@ -84,7 +126,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     autograd::Variable out = autograd::cross_entropy(model_.forward(x), labels, denominator);
     loss += out.value().item();
     // The step's loss is complete before the backward that launches buckets.
-    if (reducer_ && i + 1 == parts.size()) reducer_->set_step_loss(loss);
+    if (i + 1 == parts.size()) set_step_loss(loss);
     const double t1 = now_seconds();
     // Only the last micro-batch's gradients are final: earlier ones accumulate without communication.
     model_.backward(out, i + 1 == parts.size() ? hook : autograd::GradReadyHook{});
@@ -96,27 +138,11 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   }
   if (parts.empty()) {
     model_.flat_grads().zero();  // this rank contributes nothing to the sum
-    if (reducer_) reducer_->set_step_loss(0);
+    set_step_loss(0);
   }
-  if (reducer_) {
-    const double t0 = now_seconds();
-    const double waited = reducer_->finish_step();
-    times[Phase::kComm] += waited;
-    span("compute", "wait for gradients", t0, t0 + waited);
-    if (trace)
-      for (const parallel::BucketSpan& b : reducer_->last_spans())
-        trace->span("comm", "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
-                    obs::JsonObject().add("bytes", b.bytes).add("queued_ms", (b.start_s - b.launch_s) * 1e3));
-  }
+  finish_reduction(times, trace);
   stop_unless_finite(step, loss);
-  const double t0 = now_seconds();
-  float* grads = model_.flat_grads().data();
-  if (config_.optim.clip_grad_norm > 0)
-    optim::clip_grad_norm(grads, model_.num_parameters(), static_cast<float>(config_.optim.clip_grad_norm));
-  optimizer_.step(model_.flat_params().data(), grads, lr);
-  const double t1 = now_seconds();
-  times[Phase::kOptimizer] += t1 - t0;
-  span("compute", "optimizer", t0, t1);
+  update(lr, times, trace);
   ++times.steps;
   times.loss_sum += loss;
   return loss;

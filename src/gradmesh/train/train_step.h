@@ -1,6 +1,14 @@
 // One optimizer step on this rank: micro-batches forward and backward, the
 // gradient reduction across ranks (when there are several), clipping and the
 // update, with the time of each phase accounted and optionally traced.
+//
+// With several ranks the reduction is plain data parallelism
+// (GradientReducer: every rank gets the whole summed gradient and updates
+// every parameter) or ZeRO stage 1/2 (ZeroReducer: every rank gets its
+// shard of the sum, clips with the global norm, updates its shard with an
+// optimizer built over zero.param_groups(), and the shards are all-gathered
+// so every rank holds the full parameters again). Both follow the same step
+// protocol, so the step below is one code path.
 #pragma once
 
 #include "gradmesh/data/batch_loader.h"
@@ -9,15 +17,19 @@
 #include "gradmesh/optim/optimizer.h"
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/parallel/step_phases.h"
+#include "gradmesh/parallel/zero_reducer.h"
 #include "gradmesh/train/config.h"
 
 namespace gradmesh::train {
 
 class StepRunner {
  public:
-  // `reducer` is null on a single process. All references outlive the runner.
-  StepRunner(nn::Model& model, optim::Optimizer& optimizer, const Config& config, parallel::GradientReducer* reducer)
-      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer) {}
+  // `reducer` and `zero` are null on a single process; with several ranks
+  // exactly one is set (`zero`: `optimizer` holds only this rank's shard).
+  // All references outlive the runner.
+  StepRunner(nn::Model& model, optim::Optimizer& optimizer, const Config& config, parallel::GradientReducer* reducer,
+             parallel::ZeroReducer* zero = nullptr)
+      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer), zero_(zero) {}
 
   // Trains on this rank's slice of a global batch at learning rate `lr`.
   // Every loss is divided by the global batch length, so summing gradients
@@ -34,11 +46,20 @@ class StepRunner {
 
  private:
   void stop_unless_finite(int64_t step, double loss);
+  bool reduces() const { return reducer_ || zero_; }
+  autograd::GradReadyHook begin_reduction();
+  void set_step_loss(double loss);
+  // Waits for the reduction; adds its time and (with `trace`) its spans.
+  void finish_reduction(parallel::PhaseTimes& times, obs::ChromeTrace* trace);
+  // Clipping (optim.clip_grad_norm), the update and, under ZeRO, the
+  // parameter all-gather (counted as communication).
+  void update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
 
   nn::Model& model_;
   optim::Optimizer& optimizer_;
   const Config& config_;
   parallel::GradientReducer* reducer_;
+  parallel::ZeroReducer* zero_;
 };
 
 }  // namespace gradmesh::train

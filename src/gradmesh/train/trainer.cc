@@ -19,6 +19,7 @@
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
 #include "gradmesh/parallel/split_balancer.h"
+#include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
 #include "gradmesh/train/run_report.h"
@@ -32,30 +33,6 @@ namespace {
 
 using parallel::Phase;
 using parallel::PhaseTimes;
-
-// One group decaying every parameter (PyTorch's optimizer over
-// model.parameters()), except for the GPT, which decays only its matrices
-// (weights and embeddings) and not biases or LayerNorm parameters, as GPT-2
-// and nanoGPT train: consecutive parameters with the same rule share a group.
-std::vector<optim::ParamGroup> param_groups(const Config& config, const nn::Model& model) {
-  const auto decay = static_cast<float>(config.optim.weight_decay);
-  if (config.model.kind != "gpt") return {{0, model.num_parameters(), decay}};
-  std::vector<optim::ParamGroup> groups;
-  for (const nn::ParameterInfo& p : model.parameters()) {
-    const float wd = p.shape.size() >= 2 ? decay : 0.0f;
-    if (!groups.empty() && groups.back().weight_decay == wd) groups.back().count += p.numel;
-    else groups.push_back({p.offset, p.numel, wd});
-  }
-  return groups;
-}
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, const nn::Model& model) {
-  const OptimConfig& c = config.optim;
-  std::vector<optim::ParamGroup> groups = param_groups(config, model);
-  if (c.name == "adamw")
-    return optim::make_adamw(groups, {static_cast<float>(c.beta1), static_cast<float>(c.beta2), static_cast<float>(c.eps)});
-  return optim::make_sgd(groups, {static_cast<float>(c.momentum), static_cast<float>(c.dampening), c.nesterov});
-}
 
 void save_weights(nn::Model& model, const std::string& path, const Config& config, int64_t step, int64_t epoch) {
   std::vector<checkpoint::NamedTensor> tensors;
@@ -153,7 +130,8 @@ class TrainingRun {
   bool leader_;
   PreparedRank prepared_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<parallel::GradientReducer> reducer_;
+  std::unique_ptr<parallel::GradientReducer> reducer_;  // several ranks, parallel.zero = 0
+  std::unique_ptr<parallel::ZeroReducer> zero_;          // several ranks, parallel.zero >= 1
   std::unique_ptr<data::BatchLoader> loader_;
   optim::ScheduleOptions schedule_;
   float base_lr_ = 0;
@@ -186,7 +164,13 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   kernels::set_num_threads(static_cast<int>(tc_.threads));
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, world_);
-  optimizer_ = make_optimizer(config_, model());
+  // ZeRO's layout decides which elements this rank's optimizer owns, so it comes first.
+  if (multi_rank(world_) && config_.parallel.zero >= 1)
+    zero_ = std::make_unique<parallel::ZeroReducer>(model(), group_, zero_options(config_.parallel));
+  optimizer_ = make_optimizer(config_, zero_ ? zero_->param_groups([this](const nn::ParameterInfo& p) {
+                                                 return weight_decay_of(config_, p);
+                                               })
+                                             : whole_model_param_groups(config_, model()));
   schedule_ = schedule_options(config_, prepared_.steps.total_steps);
   base_lr_ = static_cast<float>(config_.optim.lr);
   optim::validate_schedule(schedule_, base_lr_);
@@ -197,10 +181,10 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
 void TrainingRun::build_step_machinery() {
   runner_.reset();
   reducer_.reset();
-  if (multi_rank(world_))
+  if (multi_rank(world_) && !zero_)
     reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
   loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, rank_, world_size_));
-  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get());
+  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get());
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
   if (multi_rank(world_) && config_.parallel.straggler == "rebalance")
@@ -313,7 +297,8 @@ void TrainingRun::announce() {
                     std::to_string(model().num_parameters()) + " parameters, " +
                     std::to_string(prepared_.data->train->count()) + " training samples, " +
                     std::to_string(prepared_.steps.total_steps) + " steps" +
-                    (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : ""));
+                    (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : "") +
+                    (zero_ ? ", ZeRO stage " + std::to_string(zero_->stage()) : ""));
 }
 
 void TrainingRun::run_epochs() {
