@@ -13,13 +13,13 @@ constexpr int64_t kValueBytes = 4;  // float32
 // X / N rounded up: the elements of X one rank holds when X is sharded.
 int64_t per_rank(int64_t elements, int world_size) { return (elements + world_size - 1) / world_size; }
 
-std::string mib(int64_t bytes) {
+}  // namespace
+
+std::string mib_text(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
   return text;
 }
-
-}  // namespace
 
 int optimizer_state_per_param(const std::string& optimizer, double momentum) {
   if (optimizer == "sgd") return momentum != 0 ? 1 : 0;
@@ -45,8 +45,8 @@ ZeroMemory zero_memory_per_rank(int stage, int64_t num_params, int world_size, i
 }
 
 std::string describe_zero_memory(const ZeroMemory& memory, int stage, int world_size) {
-  return "params " + mib(memory.params_bytes) + " + grads " + mib(memory.grads_bytes) + " + optimizer " +
-         mib(memory.optimizer_bytes) + " = " + mib(memory.total_bytes()) + " per rank (ZeRO stage " +
+  return "params " + mib_text(memory.params_bytes) + " + grads " + mib_text(memory.grads_bytes) + " + optimizer " +
+         mib_text(memory.optimizer_bytes) + " = " + mib_text(memory.total_bytes()) + " per rank (ZeRO stage " +
          std::to_string(stage) + ", " + std::to_string(world_size) + (world_size == 1 ? " rank)" : " ranks)");
 }
 

@@ -35,6 +35,9 @@ int optimizer_state_per_param(const std::string& optimizer, double momentum);
 // REQUIRES: stage in 0..3, num_params >= 0, world_size >= 1 (kConfig otherwise).
 ZeroMemory zero_memory_per_rank(int stage, int64_t num_params, int world_size, int state_per_param);
 
+// "12.5 MiB": bytes in MiB with one decimal, as the descriptions spell them.
+std::string mib_text(int64_t bytes);
+
 // "params 1.2 MiB + grads 0.3 MiB + optimizer 0.6 MiB = 2.1 MiB per rank (ZeRO stage 2, 4 ranks)".
 std::string describe_zero_memory(const ZeroMemory& memory, int stage, int world_size);
 

@@ -57,6 +57,9 @@ PreparedRank prepare(const Config& config, int world) {
   PreparedRank p;
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
+  p.memory = estimate_rank_memory(config, p.data->geometry, count_parameters(config.model, p.data->geometry), world);
+  p.memory_limit = process_memory_limit();
+  check_memory_fits(p.memory, p.memory_limit, local_rank_count());
   p.model = build_model(config.model, p.data->geometry, tc.seed);
   if (!tc.init_from.empty()) {
     checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);

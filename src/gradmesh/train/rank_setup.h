@@ -14,6 +14,7 @@
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
+#include "gradmesh/train/memory_budget.h"
 #include "gradmesh/train/step_plan.h"
 #include "gradmesh/train/training_data.h"
 
@@ -30,10 +31,14 @@ struct PreparedRank {
   std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;
+  MemoryEstimate memory;                    // what this rank will hold (memory_budget.h)
+  std::optional<MemoryLimit> memory_limit;  // what the process may hold; none when unlimited
 };
 
 // Builds this rank's datasets, step plan and model; a config that would
-// train no step fails here (kConfig), before any output exists. With
+// train no step, or whose memory estimate exceeds the process's memory limit
+// (memory_budget.h), fails here (kConfig), before the model or the optimizer
+// is allocated and before any output exists. With
 // several ranks it is collective:
 // a rank that failed makes every rank fail naming it (no rank waits for it
 // until a timeout), configs and parameter layouts must be equal on all ranks

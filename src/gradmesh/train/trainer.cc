@@ -299,6 +299,8 @@ void TrainingRun::announce() {
                     std::to_string(prepared_.steps.total_steps) + " steps" +
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : "") +
                     (zero_ ? ", ZeRO stage " + std::to_string(zero_->stage()) : ""));
+  progress_.message(memory_message(prepared_.memory, prepared_.memory_limit));
+  if (metrics_) metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
 }
 
 void TrainingRun::run_epochs() {
@@ -500,6 +502,7 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
 }
 
 void TrainingRun::summarize() {
+  summary_.peak_rss_bytes_per_rank = gather_peak_rss_bytes(world_);
   summary_.steps = s_.step;
   summary_.samples = s_.samples;
   summary_.final_train_loss = s_.last_loss;
@@ -531,7 +534,10 @@ void TrainingRun::write_summary_line() {
   line.add("type", "summary").add("steps", s.steps).add("samples", s.samples).add("world_size", world_size_)
       .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s).add("tokens_per_s", s.tokens_per_s)
       .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
-      .add("exposed_comm_share", s.exposed_comm_share);
+      .add("exposed_comm_share", s.exposed_comm_share)
+      .add("peak_rss_bytes", static_cast<int64_t>(*std::max_element(s.peak_rss_bytes_per_rank.begin(),
+                                                                      s.peak_rss_bytes_per_rank.end())))
+      .add("peak_rss_bytes_per_rank", s.peak_rss_bytes_per_rank);
   if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);
   if (checkpointer_ && checkpointer_->saves() > 0) {
     const checkpoint::CheckpointStats c = checkpointer_->stats();

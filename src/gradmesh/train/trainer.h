@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/data/image_dataset.h"
@@ -42,6 +43,7 @@ struct TrainSummary {
   bool stopped = false;            // SIGTERM: stopped after a step and saved a checkpoint
   std::string checkpoint_path;     // the newest checkpoint this run wrote ("" when none)
   int64_t checkpoints_failed = 0;  // saves that failed (disk full, I/O errors); training went on
+  std::vector<double> peak_rss_bytes_per_rank;  // every rank's peak resident set (getrusage), in rank order
 };
 
 // Runs the whole training: run directory, metrics.jsonl, trace, report.html,
