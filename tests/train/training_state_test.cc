@@ -183,6 +183,8 @@ TEST(TrainingConfigHash, IgnoresHowTheRunIsExecutedButNotItsMaths) {
   b.parallel.backend = "gloo";
   b.output.run_id = "x";
   b.checkpoint.every_steps = 5;
+  b.parallel.zero = 2;
+  b.model.recompute = true;
   EXPECT_EQ(training_config_hash(a), training_config_hash(b));
   b.optim.lr = 0.01;
   EXPECT_NE(training_config_hash(a), training_config_hash(b));
