@@ -65,6 +65,18 @@ TEST(TrainerState, NegativeCountsAndImpossibleValuesAreNamed) {
   expect_rejected([](nlohmann::json& j) { j["optimizer"] = ""; }, "optimizer", "empty");
 }
 
+TEST(TrainerState, ZeroStageIsOptionalAndCheckedWhenPresent) {
+  TrainerState sharded = trainer_at(5);
+  sharded.zero_stage = 2;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(sharded), "t.json"), sharded);
+  // A trainer.json written before the field existed holds whole optimizer state.
+  nlohmann::json older = nlohmann::json::parse(trainer_state_json(sharded));
+  older.erase("zero_stage");
+  EXPECT_EQ(parse_trainer_state(older.dump(), "t.json").zero_stage, 0);
+  expect_rejected([](nlohmann::json& j) { j["zero_stage"] = 4; }, "zero_stage", "4");
+  expect_rejected([](nlohmann::json& j) { j["zero_stage"] = "2"; }, "zero_stage", "expected an integer");
+}
+
 TEST(TrainerState, UnknownFieldIsNamed) {
   expect_rejected([](nlohmann::json& j) { j["learning_rate"] = 0.1; }, "learning_rate", "not a trainer.json field");
 }

@@ -64,7 +64,7 @@ std::string describe_trainer(const std::string& dir, const Manifest& manifest, b
            "\n  epoch_position: " + std::to_string(s.epoch_position) + "\n  seed: " + std::to_string(s.seed) +
            "\n  rng_step: " + std::to_string(s.rng_step) + "\n  config_hash: " + s.config_hash +
            "\n  world_size: " + std::to_string(s.world_size) + "\n  generation: " + std::to_string(s.generation) +
-           "\n  optimizer: " + s.optimizer + "\n";
+           "\n  optimizer: " + s.optimizer + "\n  zero_stage: " + std::to_string(s.zero_stage) + "\n";
     if (s.step != manifest.step) {
       *all_verified = false;
       out += "  STEP DIFFERS from the manifest's step " + std::to_string(manifest.step) + "\n";

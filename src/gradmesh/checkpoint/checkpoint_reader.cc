@@ -57,6 +57,18 @@ LoadedCheckpoint verify_checkpoint(const std::string& step_dir) {
   return loaded;
 }
 
+LoadedCheckpoint reopen_checkpoint(const std::string& step_dir) {
+  LoadedCheckpoint loaded;
+  loaded.path = without_trailing_slashes(step_dir);
+  loaded.manifest = read_manifest(loaded.path);
+  loaded.step = loaded.manifest.step;
+  const std::string source = loaded.path + ": " + kTrainerStateFileName;
+  if (loaded.manifest.find(kTrainerStateFileName) == nullptr)
+    throw_error(ErrorKind::kFormat, loaded.path, std::string("manifest.json lists no ") + kTrainerStateFileName);
+  loaded.trainer = parse_trainer_state(loaded.read_text_file(kTrainerStateFileName), source);
+  return loaded;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
   const std::string dir = without_trailing_slashes(checkpoints_dir);
   if (!is_directory(dir)) return {};

@@ -49,6 +49,13 @@ LoadedCheckpoint load_checkpoint(const std::string& path);
 // Verifies one step directory; Error(kFormat) "<dir>: <file>: <problem>".
 LoadedCheckpoint verify_checkpoint(const std::string& step_dir);
 
+// A step directory another process has just verified (rank 0 at resume):
+// reads manifest.json and trainer.json only, so N ranks do not each hash
+// every file. Nothing goes unchecked: read_tensor_file checks each file it
+// reads against the manifest. Error(kFormat) as verify_checkpoint's for the
+// two files it reads.
+LoadedCheckpoint reopen_checkpoint(const std::string& step_dir);
+
 // The step-<N> directories of `checkpoints_dir` (full paths), newest step
 // first; empty when it does not exist.
 std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);

@@ -99,6 +99,12 @@ ManifestFile write_tensor_file(const std::string& dir, const TensorFile& file) {
   return finish_file(&out, file.name, file.rank);
 }
 
+// Where other ranks put their parts of step `step` (sharded state) for the committer.
+std::string parts_dir(const std::string& dir, int64_t step) { return dir + "/" + step_dir_name(step) + ".parts"; }
+constexpr const char* kReceiptSuffix = ".manifest.json";
+constexpr const char* kFailureSuffix = ".error";
+constexpr auto kPartPoll = std::chrono::milliseconds(20);
+
 // Committed step-<N> directories of `dir`, newest first.
 std::vector<int64_t> committed_steps(const std::string& dir) {
   std::vector<int64_t> steps;
@@ -110,14 +116,16 @@ std::vector<int64_t> committed_steps(const std::string& dir) {
 
 // What crashed saves leave: step-<N>.tmp (never committed), step-<N>.old
 // (a replaced checkpoint; put back if the crash came before its successor's
-// rename) and write_file_atomically's latest.tmp.* files.
+// rename), step-<N>.parts (other ranks' parts of a save that did not commit)
+// and write_file_atomically's latest.tmp.* files.
 void remove_crash_leftovers(const std::string& dir) {
   for (const std::string& name : list_directory(dir)) {
     const std::string path = dir + "/" + name;
     const auto ends_with = [&](const std::string& suffix) {
       return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
-    if (ends_with(".tmp") && parse_step_dir_name(name.substr(0, name.size() - 4))) {
+    if ((ends_with(".tmp") && parse_step_dir_name(name.substr(0, name.size() - 4))) ||
+        (ends_with(".parts") && parse_step_dir_name(name.substr(0, name.size() - 6)))) {
       log_warn("checkpoint: removing '" + path + "', left by a save that did not finish");
       remove_tree(path);
     } else if (ends_with(".old") && parse_step_dir_name(name.substr(0, name.size() - 4))) {
@@ -148,7 +156,8 @@ CheckpointWriter::CheckpointWriter(CheckpointOptions options) : options_(std::mo
     throw_error(ErrorKind::kIo, options_.dir,
                 "cannot create the checkpoint directory: " + (error ? error.message() : std::string("not a directory")));
   }
-  remove_crash_leftovers(options_.dir);
+  // Only the committer tidies: another rank's writer could remove what the committer is writing.
+  if (options_.committer) remove_crash_leftovers(options_.dir);
 }
 
 void CheckpointWriter::pause_after(PausePoint point) const {
@@ -167,19 +176,22 @@ SaveResult CheckpointWriter::save(const Snapshot& snapshot) {
   result.path = options_.dir + "/" + step_dir_name(snapshot.step);
   const std::string tmp = result.path + ".tmp";
   try {
-    commit(snapshot, &result);
+    if (snapshot.is_part) save_part(snapshot, &result);
+    else commit(snapshot, &result);
     result.ok = true;
   } catch (const std::exception& e) {
     result.error = e.what();
   } catch (...) {
     result.error = "unknown exception while saving";
   }
-  if (!result.ok) {
+  if (!result.ok && !snapshot.is_part) {
     std::error_code ignored;
     std::filesystem::remove_all(tmp, ignored);  // the one thing a failed save may leave
+    // Parts that arrive after this are removed when the next run's committer starts.
+    if (!snapshot.parts_from_others.empty()) std::filesystem::remove_all(parts_dir(options_.dir, snapshot.step), ignored);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (result.ok) {
+  if (result.ok && !snapshot.is_part && options_.committer) {
     try {
       prune(snapshot.step);
     } catch (const std::exception& e) {
@@ -203,6 +215,7 @@ void CheckpointWriter::commit(const Snapshot& snapshot, SaveResult* result) {
   manifest.created_unix = static_cast<int64_t>(std::time(nullptr));
   for (const TensorFile& file : snapshot.tensor_files) manifest.files.push_back(write_tensor_file(tmp, file));
   for (const auto& [name, text] : snapshot.text_files) manifest.files.push_back(write_text_file(tmp, name, text, 0));
+  for (ManifestFile& part : collect_parts(snapshot, tmp)) manifest.files.push_back(std::move(part));
   pause_after(PausePoint::kFiles);
 
   const ManifestFile written = write_text_file(tmp, kManifestFileName, manifest_json(manifest), 0);
@@ -237,6 +250,64 @@ void CheckpointWriter::commit(const Snapshot& snapshot, SaveResult* result) {
                                     "' still names the previous checkpoint: " + e.what());
   }
   pause_after(PausePoint::kLatest);
+}
+
+void CheckpointWriter::save_part(const Snapshot& snapshot, SaveResult* result) {
+  if (options_.committer || !snapshot.text_files.empty() || !snapshot.parts_from_others.empty())
+    throw Error(ErrorKind::kInternal, "a part is tensor files only, saved by a writer that is not the committer");
+  check_snapshot(snapshot);
+  const std::string parts = parts_dir(options_.dir, snapshot.step);
+  std::error_code error;
+  std::filesystem::create_directories(parts, error);
+  if (error) throw_io_error("cannot create directory", parts, error.value());
+  for (const TensorFile& file : snapshot.tensor_files) {
+    const std::string base = parts + "/" + file.name;
+    for (const char* suffix : {"", kReceiptSuffix, kFailureSuffix}) remove_tree(base + suffix);
+    try {
+      Manifest receipt;
+      receipt.step = snapshot.step;
+      receipt.world_size = snapshot.world_size;
+      receipt.created_unix = static_cast<int64_t>(std::time(nullptr));
+      receipt.files.push_back(write_tensor_file(parts, file));
+      result->bytes += static_cast<int64_t>(receipt.files.back().bytes);
+      write_file_atomically(base + kReceiptSuffix, manifest_json(receipt));
+    } catch (const std::exception& e) {
+      try {
+        write_file_atomically(base + kFailureSuffix, std::string(e.what()));  // the committer stops waiting
+      } catch (const std::exception&) {
+        // The committer times out instead; this rank's own log says why.
+      }
+      throw;
+    }
+  }
+}
+
+std::vector<ManifestFile> CheckpointWriter::collect_parts(const Snapshot& snapshot, const std::string& tmp) const {
+  std::vector<ManifestFile> collected;
+  if (snapshot.parts_from_others.empty()) return collected;
+  const std::string parts = parts_dir(options_.dir, snapshot.step);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.parts_timeout_s);
+  for (const std::string& name : snapshot.parts_from_others) {
+    const std::string base = parts + "/" + name;
+    while (!path_exists(base + kReceiptSuffix)) {
+      if (path_exists(base + kFailureSuffix))
+        throw Error(ErrorKind::kIo, "the rank writing '" + name + "' failed: " + read_file_bytes(base + kFailureSuffix));
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(ErrorKind::kTimeout, "'" + name + "' of step " + std::to_string(snapshot.step) +
+                                             " did not arrive in '" + parts + "' within " +
+                                             std::to_string(options_.parts_timeout_s) +
+                                             " s (its rank failed, or the directory is not shared by all ranks)");
+      std::this_thread::sleep_for(kPartPoll);
+    }
+    const Manifest receipt = parse_manifest(read_file_bytes(base + kReceiptSuffix), base + kReceiptSuffix);
+    if (receipt.step != snapshot.step || receipt.files.size() != 1 || receipt.files[0].path != name)
+      throw Error(ErrorKind::kFormat, "'" + base + kReceiptSuffix + "' is not the receipt of '" + name + "' at step " +
+                                          std::to_string(snapshot.step));
+    rename_path(base, tmp + "/" + name);
+    collected.push_back(receipt.files[0]);
+  }
+  remove_tree(parts);
+  return collected;
 }
 
 void CheckpointWriter::prune(int64_t just_saved) const {

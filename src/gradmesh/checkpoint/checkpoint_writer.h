@@ -12,6 +12,19 @@
 //
 // A step-<N> directory therefore either verifies against its manifest or is
 // absent; readers (checkpoint_reader.h) never trust anything else.
+//
+// Sharded state (ZeRO: every rank holds its own optimizer shard) is written
+// by every rank, committed by one. Each other rank's writer (committer =
+// false) saves its part: the files go to <dir>/step-<N>.parts/, each fsynced,
+// then a receipt <file>.manifest.json (a one-file manifest: length and xxh64)
+// is written atomically, or <file>.error with the reason. The committer's
+// save writes its own files into step-<N>.tmp/, waits (up to
+// parts_timeout_s) for the receipt of every name in parts_from_others,
+// renames those files into step-<N>.tmp/ (same directory tree, so no copy),
+// lists them in the manifest with their rank and shard, and commits as
+// above. A part that does not arrive, or arrives with an error, fails the
+// save like any I/O error. This needs the checkpoints directory to be one
+// shared file system for all ranks.
 // One writer per checkpoints directory at a time; not thread-safe (the async
 // writer gives it one thread).
 #pragma once
@@ -19,6 +32,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gradmesh/checkpoint/manifest.h"
 #include "gradmesh/checkpoint/snapshot.h"
 
 namespace gradmesh::checkpoint {
@@ -34,6 +48,10 @@ struct SaveResult {
 struct CheckpointOptions {
   std::string dir;    // the checkpoints directory, e.g. runs/<id>/checkpoints
   int keep_last = 3;  // committed checkpoints kept; 0 keeps all
+  // false: this writer only saves parts (snapshots with is_part) for the
+  // committer; it neither cleans up nor prunes the directory.
+  bool committer = true;
+  double parts_timeout_s = 600;  // how long the committer waits for other ranks' parts
 };
 
 // The protocol points GRADMESH_CHECKPOINT_PAUSE can stop right after.
@@ -48,16 +66,19 @@ class CheckpointWriter {
   // is Error(kConfig).
   explicit CheckpointWriter(CheckpointOptions options);
 
-  // Runs the commit protocol. Never throws: every failure (including an
-  // invalid snapshot: duplicate or non-plain file names) is a SaveResult with
-  // ok false, after which step-<N>.tmp is gone and every earlier checkpoint
-  // and `latest` are untouched.
+  // Runs the commit protocol, or (snapshot.is_part) saves the part. Never
+  // throws: every failure (including an invalid snapshot: duplicate or
+  // non-plain file names) is a SaveResult with ok false, after which
+  // step-<N>.tmp is gone and every earlier checkpoint and `latest` are untouched.
   SaveResult save(const Snapshot& snapshot);
 
   const CheckpointOptions& options() const { return options_; }
 
  private:
   void commit(const Snapshot& snapshot, SaveResult* result);
+  void save_part(const Snapshot& snapshot, SaveResult* result);
+  // Waits for the other ranks' parts and moves them into `tmp`; their manifest entries.
+  std::vector<ManifestFile> collect_parts(const Snapshot& snapshot, const std::string& tmp) const;
   void pause_after(PausePoint point) const;
   void prune(int64_t just_saved) const;
 

@@ -27,6 +27,12 @@ struct Snapshot {
   int world_size = 1;
   std::vector<TensorFile> tensor_files;
   std::vector<std::pair<std::string, std::string>> text_files;  // {"trainer.json", "..."}
+  // State written by several ranks (ZeRO's optimizer shards), see
+  // CheckpointWriter: a part is one rank's files for another rank (the
+  // committer) to take into the checkpoint; `parts_from_others` are the
+  // file names the committer waits for before it writes the manifest.
+  bool is_part = false;
+  std::vector<std::string> parts_from_others;
 };
 
 // Deep copies of `views` (e.g. parameters living in one flat buffer) into

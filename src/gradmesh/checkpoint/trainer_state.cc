@@ -14,7 +14,7 @@ using Json = nlohmann::json;
 
 constexpr const char* kFields[] = {"format_version", "step",        "epoch",      "step_in_epoch",
                                    "epoch_position", "seed",        "rng_step",   "config_hash",
-                                   "world_size",     "generation",  "optimizer"};
+                                   "world_size",     "generation",  "optimizer",  "zero_stage"};
 
 class FieldReader {
  public:
@@ -73,7 +73,8 @@ std::string trainer_state_json(const TrainerState& state) {
                                        {"config_hash", state.config_hash},
                                        {"world_size", state.world_size},
                                        {"generation", state.generation},
-                                       {"optimizer", state.optimizer}};
+                                       {"optimizer", state.optimizer},
+                                       {"zero_stage", state.zero_stage}};
   return root.dump(2) + "\n";
 }
 
@@ -106,6 +107,8 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sou
   state.world_size = static_cast<int>(read.integer("world_size", 1, kIntMax));
   state.generation = static_cast<int>(read.integer("generation", 0, kIntMax));
   state.optimizer = read.string("optimizer", false);
+  // Added after format_version 1 was fixed: absent in older checkpoints, which hold whole state.
+  if (root.contains("zero_stage")) state.zero_stage = static_cast<int>(read.integer("zero_stage", 0, 3));
   return state;
 }
 

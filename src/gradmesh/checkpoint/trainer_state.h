@@ -21,6 +21,8 @@ struct TrainerState {
   int world_size = 1;
   int generation = 0;
   std::string optimizer;       // "sgd" | "adamw"
+  int zero_stage = 0;          // ZeRO stage that wrote the optimizer state (0: whole, 1 or 2: one shard per rank);
+                               //   optional on read (files before it mean 0)
 
   bool operator==(const TrainerState&) const = default;
 };
@@ -28,8 +30,8 @@ struct TrainerState {
 // Pretty-printed JSON with every field, in declaration order.
 std::string trainer_state_json(const TrainerState& state);
 
-// Strict: not JSON, not an object, an unknown format_version, a missing,
-// unknown or ill-typed field, a negative count, world_size < 1 or an empty
+// Strict: not JSON, not an object, an unknown format_version, a missing
+// (but zero_stage may be absent), unknown or ill-typed field, a negative count, world_size < 1 or an empty
 // optimizer is Error(kFormat) naming `source` and the field.
 TrainerState parse_trainer_state(const std::string& text, const std::string& source);
 

@@ -70,7 +70,7 @@ int InProcessRecovery::hand_over(comm::ProcessGroup& group, bool have_state, nn:
   }
   if (source < 0)
     throw_error(ErrorKind::kComm, "in-process recovery", "no rank of the new group holds the training state");
-  broadcast_training_state(group, source, model, optimizer, state);
+  broadcast_training_state(group, source, model, &optimizer, state);
   run_dir = parallel::broadcast_string(group, run_dir, source);
   return source;
 }

@@ -166,6 +166,26 @@ std::string on_leader(comm::ProcessGroup* group, const std::function<std::string
   return shared;
 }
 
+void on_every_rank(comm::ProcessGroup* group, const std::function<void()>& part, const std::string& what) {
+  std::exception_ptr failure;
+  std::string message;
+  try {
+    part();
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+    message = message_of(failure);
+  }
+  if (!multi_rank(group)) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  const std::vector<std::string> messages = parallel::allgather_strings(*group, message);
+  if (failure) std::rethrow_exception(failure);
+  for (size_t r = 0; r < messages.size(); ++r)
+    if (!messages[r].empty())
+      throw_error(ErrorKind::kIo, what, "rank " + std::to_string(r) + " failed: " + messages[r]);
+}
+
 PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }
 
 EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group) {

@@ -62,6 +62,12 @@ std::optional<comm::Millis> collective_timeout(const ParallelConfig& config);
 std::string on_leader(comm::ProcessGroup* group, const std::function<std::string()>& leader_part,
                       const std::string& what);
 
+// Collective with several ranks: runs `part` on every rank; when it throws
+// on some, each of those rethrows its own error and every other rank throws
+// Error(kIo) "<what>: rank R failed: <message>" (the lowest failed rank), so
+// no rank goes on to a collective the others never reach.
+void on_every_rank(comm::ProcessGroup* group, const std::function<void()>& part, const std::string& what);
+
 // A worker that replaces a failed one (in-process recovery): its data and
 // model as prepare_rank builds them for `world_size` ranks, without the
 // collectives; the state comes from the survivors.

@@ -5,18 +5,22 @@
 
 namespace gradmesh::train {
 
-RunCheckpointer::RunCheckpointer(const CheckpointConfig& config, std::string dir, bool writer, double now)
+RunCheckpointer::RunCheckpointer(const CheckpointConfig& config, std::string dir, bool writer, double now,
+                                 bool committer, double parts_timeout_s)
     : config_(config), dir_(std::move(dir)), writer_(writer), last_save_(now) {
   if (!writer_) return;
-  const checkpoint::CheckpointOptions options{dir_, static_cast<int>(config_.keep_last)};
+  const checkpoint::CheckpointOptions options{dir_, static_cast<int>(config_.keep_last), committer, parts_timeout_s};
   sync_ = std::make_unique<checkpoint::CheckpointWriter>(options);
   if (config_.async) async_ = std::make_unique<checkpoint::AsyncCheckpointWriter>(options);
 }
 
 RunCheckpointer::~RunCheckpointer() = default;
 
-bool RunCheckpointer::due(int64_t step, double now) const {
-  if (config_.every_steps > 0 && step % config_.every_steps == 0) return true;
+bool RunCheckpointer::due_by_steps(int64_t step) const {
+  return config_.every_steps > 0 && step % config_.every_steps == 0;
+}
+
+bool RunCheckpointer::due_by_time(double now) const {
   return config_.every_seconds > 0 && now - last_save_ >= config_.every_seconds;
 }
 

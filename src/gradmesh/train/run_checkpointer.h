@@ -1,6 +1,8 @@
 // When a training run saves checkpoints, and how long the step loop waits
 // for it. While the state is replicated (data parallel), rank 0 alone writes;
 // the other ranks only take part in the decisions that need every rank.
+// Under ZeRO every rank writes its optimizer shard and rank 0 commits
+// (checkpoint_writer.h): every rank is a writer, rank 0 the committer.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +18,18 @@ namespace gradmesh::train {
 
 class RunCheckpointer {
  public:
-  // `writer`: this rank writes (rank 0). Creates `dir` on the writer.
-  RunCheckpointer(const CheckpointConfig& config, std::string dir, bool writer, double now);
+  // `writer`: this rank writes; `committer`: it commits (writers that are
+  // not save parts for it). Creates `dir` on a writer. `parts_timeout_s`:
+  // how long the committer waits for the other ranks' parts.
+  RunCheckpointer(const CheckpointConfig& config, std::string dir, bool writer, double now, bool committer = true,
+                  double parts_timeout_s = 600);
   ~RunCheckpointer();
 
   // After completing `step`: checkpoint.every_steps divides it, or
   // checkpoint.every_seconds passed since the last save (or the start).
-  bool due(int64_t step, double now) const;
+  bool due(int64_t step, double now) const { return due_by_steps(step) || due_by_time(now); }
+  bool due_by_steps(int64_t step) const;
+  bool due_by_time(double now) const;
 
   // Persists the snapshot `take` builds (called only on the writer):
   // async = copied now, written in the background; else written before this

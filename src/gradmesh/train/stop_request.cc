@@ -33,10 +33,11 @@ bool stop_signal_received() { return g_stop_requested.load(std::memory_order_rel
 
 void clear_stop_signal() { g_stop_requested.store(false, std::memory_order_relaxed); }
 
-void StopVote::begin_step() {
+void StopVote::begin_step(bool want_save) {
   local_ = stop_signal_received();
+  save_ = want_save;
   if (group_ == nullptr || group_->size() == 1) return;
-  flag_ = Tensor::from_vector({1}, {local_ ? 1.0f : 0.0f});
+  flag_ = Tensor::from_vector({2}, {local_ ? 1.0f : 0.0f, want_save ? 1.0f : 0.0f});
   comm::AllreduceOptions options;
   options.op = comm::ReduceOp::kMax;
   work_ = group_->allreduce(flag_, options);
@@ -45,6 +46,7 @@ void StopVote::begin_step() {
 bool StopVote::finish_step() {
   if (!work_) return local_;
   std::exchange(work_, nullptr)->wait_or_throw();
+  save_ = flag_.data()[1] > 0;
   return flag_.data()[0] > 0;
 }
 

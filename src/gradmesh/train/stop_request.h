@@ -24,21 +24,28 @@ bool stop_signal_received();
 // Forgets a received SIGTERM (tests).
 void clear_stop_signal();
 
+// The same one-element vote also carries a second flag when asked: "a
+// checkpoint is due by time on this rank". Sharded checkpoints (ZeRO) need
+// every rank to save after the same step, and checkpoint.every_seconds is
+// measured on each rank's own clock.
 class StopVote {
  public:
   // `group` null or of size 1: the local flag is the verdict.
   explicit StopVote(comm::ProcessGroup* group) : group_(group) {}
-  // Starts the vote with this rank's flag; call at the start of every step on every rank.
-  void begin_step();
+  // Starts the vote with this rank's flags; call at the start of every step on every rank.
+  void begin_step(bool want_save = false);
   // True when some rank asked to stop before the step began. Throws
   // Error(kTimeout) when the vote did not complete.
   bool finish_step();
+  // After finish_step(): true when some rank passed want_save.
+  bool save_agreed() const { return save_; }
 
  private:
   comm::ProcessGroup* group_;
-  Tensor flag_;
+  Tensor flag_;  // [stop, save]
   std::shared_ptr<comm::Work> work_;
   bool local_ = false;
+  bool save_ = false;
 };
 
 }  // namespace gradmesh::train

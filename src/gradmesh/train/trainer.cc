@@ -105,6 +105,8 @@ class TrainingRun {
   void open_outputs();
   void start_from(const checkpoint::TrainerState& state, const std::string& how);
   checkpoint::TrainerState current_state() const;
+  // How long rank 0 waits for the other ranks' checkpoint shards: the collective timeout, or 10 minutes.
+  double parts_timeout_s() const { return config_.parallel.timeout_s > 0 ? config_.parallel.timeout_s : 600; }
   void announce();
   void run_epochs();
   void recover(const std::string& failure);
@@ -244,21 +246,16 @@ void TrainingRun::open_outputs() {
       return create_run_dir(plan.parent, plan.id, plan.reuse);
     }, "run directory");
     if (!leader_) std::filesystem::create_directories(summary_.run_dir);
-    resumed = !on_leader(world_, [&]() -> std::string {
-      if (!loaded) return "";
-      restore_state(*loaded, model(), *optimizer_);
-      state = loaded->trainer;
-      return "resumed";
-    }, "resume").empty();
-    if (resumed && multi_rank(world_)) broadcast_training_state(*world_, 0, model(), *optimizer_, state);
+    resumed = resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
   }
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
     metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", resumed || options_.generation > 0);
     for (const std::string& note : notes) progress_.message(note);
   }
+  // Under ZeRO every rank writes its optimizer shard and rank 0 commits the checkpoint.
   checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
-                                                    leader_, now_seconds());
+                                                    leader_ || zero_, now_seconds(), leader_, parts_timeout_s());
   if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
   resilience_.started(s_.step, metrics_.get());
 }
@@ -288,6 +285,7 @@ checkpoint::TrainerState TrainingRun::current_state() const {
   t.world_size = world_size_;
   t.generation = resilience_.generation();
   t.optimizer = optimizer_->name();
+  t.zero_stage = zero_ ? zero_->stage() : 0;
   return t;
 }
 
@@ -354,8 +352,12 @@ void TrainingRun::run_epoch(int64_t epoch) {
 }
 
 void TrainingRun::save_checkpoint(bool sync) {
-  const double stalled = checkpointer_->save([&] { return take_snapshot(model(), *optimizer_, current_state()); },
-                                             sync, now_seconds());
+  const double stalled = checkpointer_->save(
+      [&] {
+        return zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
+                     : take_snapshot(model(), *optimizer_, current_state());
+      },
+      sync, now_seconds());
   // The stall stays in the training time: it is what the loop paid for the checkpoint.
   if (metrics_)
     metrics_->write(obs::JsonObject().add("type", "checkpoint").add("step", s_.step).add("sync", sync || !config_.checkpoint.async)
@@ -380,7 +382,8 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   if (traced) trace_->span("compute", "data", data_start, data_end);
   const float lr = optim::lr_at(schedule_, base_lr_, s_.step);
   nn::forward_context().step = static_cast<uint64_t>(s_.step);
-  stop_vote_->begin_step();
+  // Sharded checkpoints need every rank at the same step: a time-based save is voted on.
+  stop_vote_->begin_step(zero_ && checkpointer_->due_by_time(now_seconds()));
   const double loss = runner_->run(batch, lr, s_.step, s_.window, traced ? trace_.get() : nullptr);
   const bool stop = stop_vote_->finish_step();
   if (traced) trace_->span("compute", "step " + std::to_string(s_.step), data_start, now_seconds());
@@ -399,7 +402,9 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
   if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
   if (stop) return stop_here();
-  if (checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds())) save_checkpoint(false);
+  const bool due = zero_ ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
+                         : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds());
+  if (due) save_checkpoint(false);
 }
 
 void TrainingRun::show_progress(int64_t epoch, int64_t step_in_epoch) {

@@ -7,10 +7,13 @@
 // optimizer state_dict names — "state.<i>.momentum_buffer" (SGD),
 // "state.<i>.exp_avg" / "state.<i>.exp_avg_sq" (AdamW), "state.<i>.step" —
 // where i is the parameter's index in model.parameters() order; the file's
-// metadata lists the parameter names in that order.
+// metadata lists the parameter names in that order. Under ZeRO each rank
+// writes its own shard instead (optimizer_checkpoint.h), and any form
+// restores into any layout.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
@@ -27,16 +30,38 @@ namespace gradmesh::train {
 checkpoint::Snapshot take_snapshot(const nn::Model& model, optim::Optimizer& optimizer,
                                    const checkpoint::TrainerState& state);
 
+// Under ZeRO (stage >= 1, `world_size` ranks): rank `rank`'s part of one
+// checkpoint. Rank 0's holds the weights (every rank has them whole after
+// the parameter all-gather), trainer.json and its optimizer shard, and names
+// the other ranks' shards for the writer to collect; every other rank's is a
+// part holding its shard alone.
+checkpoint::Snapshot take_sharded_snapshot(const nn::Model& model, optim::Optimizer& optimizer,
+                                           const checkpoint::TrainerState& state, int rank, int world_size);
+
 // Writes the checkpoint's weights and optimizer state into `model` and
 // `optimizer`. A missing tensor, a shape or dtype that does not match, or a
 // checkpoint of another optimizer is Error(kFormat) naming the file and the
 // tensor; nothing is half-restored in a way the caller would keep (it throws
-// before the first step).
+// before the first step). The checkpoint may be whole or sharded, of any
+// world size; `optimizer` may be built over any groups (restore_optimizer).
 void restore_state(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, optim::Optimizer& optimizer);
+// The weights alone (model.safetensors).
+void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model);
+
+// Collective with several ranks: continue from `loaded` (rank 0's; nullopt
+// there: a fresh start). Rank 0 restores the weights and its optimizer
+// state; every rank receives the weights and `state`, and either the
+// optimizer state too (`sharded` false) or, under ZeRO (`sharded`), reads
+// the pieces of its own groups from the same checkpoint (any world size and
+// stage it was saved at). A rank that fails makes every rank fail. Returns
+// whether the run resumed.
+bool resume_ranks(comm::ProcessGroup* group, const std::optional<checkpoint::LoadedCheckpoint>& loaded,
+                  nn::Model& model, optim::Optimizer& optimizer, bool sharded, checkpoint::TrainerState& state);
 
 // Collective: every rank's weights, optimizer state and `state` become those
-// of rank `root`.
-void broadcast_training_state(comm::ProcessGroup& group, int root, nn::Model& model, optim::Optimizer& optimizer,
+// of rank `root`. `optimizer` null: the optimizer state stays (ZeRO: each
+// rank's shard is its own, restored by each rank).
+void broadcast_training_state(comm::ProcessGroup& group, int root, nn::Model& model, optim::Optimizer* optimizer,
                               checkpoint::TrainerState& state);
 
 }  // namespace gradmesh::train
