@@ -2,10 +2,12 @@
 // writes one optimizer shard per rank; it resumes at the same world size and
 // stage bit-identical to an uninterrupted run, and at another world size or
 // stage (including plain data parallelism and one process) within rounding
-// of it; --resume auto and time-based saves work under ZeRO.
+// of it; --resume auto and time-based saves work under ZeRO; gradmesh
+// export consolidates a sharded checkpoint into the files a whole one holds.
 // Skips visibly without the fortunes corpus.
 #include <gtest/gtest.h>
 
+#include "gradmesh/checkpoint/safetensors.h"
 #include "train/zero_runs.h"
 
 namespace gradmesh::testing {
@@ -77,11 +79,43 @@ TEST_F(ZeroCheckpoint, ResumeAutoAndTimeBasedSavesWorkUnderZero) {
   EXPECT_EQ(ws_.weights("auto"), ws_.weights("uninterrupted"));
 }
 
-TEST_F(ZeroCheckpoint, AWholeCheckpointResumesUnderZero) {
+TEST_F(ZeroCheckpoint, AWholeCheckpointResumesUnderZeroAndExportMatchesTheShardedOne) {
   // Stage 2 and plain data parallelism at the same world size train the same bits (shm).
   train_ok("whole", " --set train.max_steps=6" + kEvery3 + world(2, 0));
+  train_ok("sharded", " --set train.max_steps=3" + kEvery3 + world(2, 2));
   train_ok("rezero", " --set train.max_steps=6 --resume runs/whole/checkpoints/step-3" + world(2, 1));
   EXPECT_EQ(ws_.weights("rezero"), ws_.weights("whole"));
+
+  for (const char* id : {"whole", "sharded"}) {
+    const CommandResult r = run_gradmesh(std::string("export runs/") + id + "/checkpoints/step-3 --output " + id +
+                                             ".safetensors --with-optimizer",
+                                         ws_.dir().path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string(id) + ".optimizer.safetensors"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(weights_of(ws_.file("sharded.safetensors")),
+            weights_of(ws_.file("runs/whole/checkpoints/step-3/model.safetensors")));
+  // The consolidated shards hold exactly the tensors of the whole checkpoint's optimizer.safetensors.
+  const auto whole = checkpoint::read_safetensors(ws_.file("runs/whole/checkpoints/step-3/optimizer.safetensors"));
+  const auto exported = checkpoint::read_safetensors(ws_.file("sharded.optimizer.safetensors"));
+  ASSERT_EQ(exported.tensors.size(), whole.tensors.size());
+  for (const checkpoint::NamedTensor& t : whole.tensors) {
+    const Tensor* got = exported.find(t.name);
+    ASSERT_NE(got, nullptr) << t.name;
+    EXPECT_EQ(got->shape(), t.tensor.shape()) << t.name;
+    EXPECT_EQ(got->to_vector(), t.tensor.to_vector()) << t.name;
+  }
+  EXPECT_EQ(exported.metadata.at("optimizer"), "adamw");
+  EXPECT_EQ(weights_of(ws_.file("whole.optimizer.safetensors")), weights_of(ws_.file("sharded.optimizer.safetensors")));
+
+  // The exported weights are a model file like any other.
+  const CommandResult gen = run_gradmesh("generate sharded.safetensors --config runs/sharded/config.toml --prompt 'A' "
+                                         "--max-tokens 3",
+                                         ws_.dir().path());
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  const CommandResult missing = run_gradmesh("export runs/none -o x.safetensors", ws_.dir().path());
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("runs/none"), std::string::npos) << missing.err;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
+#include "gradmesh/checkpoint/checkpoint_export.h"
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/comm/environment.h"
@@ -153,6 +154,16 @@ int run_inspect(const std::string& path) {
   std::fputs(checkpoint::describe_checkpoint(step_dir, &all_verified).c_str(), stdout);
   if (!all_verified) std::fprintf(stderr, "gradmesh inspect: %s does not verify against its manifest\n", step_dir.c_str());
   return all_verified ? 0 : 1;
+}
+
+int run_export(const std::string& checkpoint, const std::string& output, bool with_optimizer) {
+  const checkpoint::ExportResult r = checkpoint::export_checkpoint(checkpoint, output, with_optimizer);
+  std::printf("exported step %lld of %s\n", static_cast<long long>(r.step), r.checkpoint.c_str());
+  std::printf("  parameters: %s (%lld tensors)\n", r.weights_path.c_str(), static_cast<long long>(r.weights_tensors));
+  if (!r.optimizer_path.empty())
+    std::printf("  optimizer state: %s (%lld tensors)\n", r.optimizer_path.c_str(),
+                static_cast<long long>(r.optimizer_tensors));
+  return 0;
 }
 
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {

@@ -17,6 +17,10 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
 int run_eval(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& weights,
              const std::string& logits_path = "");
 int run_inspect(const std::string& path);
+// `gradmesh export CHECKPOINT --output FILE [--with-optimizer]`: the model's
+// parameters (and the consolidated optimizer state) of any checkpoint,
+// sharded ones included, as safetensors (checkpoint/checkpoint_export.h).
+int run_export(const std::string& checkpoint, const std::string& output, bool with_optimizer);
 int run_env_docs();
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
 // A worker of a launched job (gradmesh launch --nproc-per-node N -- gradmesh bench comm).

@@ -59,6 +59,17 @@ int main(int argc, char** argv) {
                       "(shows its newest checkpoint)")
       ->required();
 
+  std::string export_path, export_output;
+  bool export_optimizer = false;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write a checkpoint's parameters (sharded ones too) as one safetensors file");
+  export_cmd->add_option("checkpoint", export_path, "A step-<N> directory, or a checkpoints or run directory (its newest checkpoint)")
+      ->required();
+  export_cmd->add_option("--output,-o", export_output, "The safetensors file to write, e.g. model.safetensors")
+      ->required()->type_name("FILE");
+  export_cmd->add_flag("--with-optimizer", export_optimizer,
+                       "Also write the optimizer state, consolidated from every shard, to FILE's .optimizer.safetensors");
+
   CLI::App* bench = app.add_subcommand("bench", "Measure this machine");
   bench->require_subcommand(1);
   CLI::App* bench_gemm = bench->add_subcommand("gemm", "OpenBLAS sgemm GFLOP/s on n x n matrices");
@@ -129,6 +140,7 @@ int main(int argc, char** argv) {
     }
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights, eval_logits);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
+    if (*export_cmd) return gradmesh::cli::run_export(export_path, export_output, export_optimizer);
     if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
