@@ -240,7 +240,7 @@ TEST(ZeroReducer, RejectsStagesItDoesNotRun) {
         ADD_FAILURE() << "stage " << stage << " accepted";
       } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-        EXPECT_NE(std::string(e.what()).find("zero_stage"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("parallel.zero: "), std::string::npos) << e.what();  // the config key
       }
     }
     ZeroReducer reducer(model, group, ZeroOptions{});

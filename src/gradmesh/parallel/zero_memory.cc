@@ -30,7 +30,7 @@ int optimizer_state_per_param(const std::string& optimizer, double momentum) {
 
 ZeroMemory zero_memory_per_rank(int stage, int64_t num_params, int world_size, int state_per_param) {
   if (stage < 0 || stage > 3)
-    throw_error(ErrorKind::kConfig, "parallel.zero_stage", "must be 0, 1, 2 or 3, got " + std::to_string(stage));
+    throw_error(ErrorKind::kConfig, "parallel.zero", "must be 0, 1, 2 or 3, got " + std::to_string(stage));
   if (num_params < 0 || world_size < 1 || state_per_param < 0)
     throw_error(ErrorKind::kConfig, "zero_memory_per_rank",
                 "needs num_params >= 0, world_size >= 1 and state_per_param >= 0, got " +

@@ -37,7 +37,7 @@ ZeroReducer::ZeroReducer(nn::Model& model, std::shared_ptr<comm::ProcessGroup> g
       layout_(model_.parameters(), group_->size(), options_.first_bucket_bytes, options_.bucket_bytes),
       rank_(group_->rank()) {
   if (options_.stage < 1 || options_.stage > 3)
-    throw_error(ErrorKind::kConfig, "parallel.zero_stage",
+    throw_error(ErrorKind::kConfig, "parallel.zero",
                 "ZeroReducer runs stage 1, 2 or 3, got " + std::to_string(options_.stage) +
                     " (stage 0 is GradientReducer's plain data parallelism)");
   owned_ = layout_.owned_ranges(rank_);
