@@ -5,9 +5,13 @@
 // and within rounding of one process. Skips visibly without the fortunes
 // corpus or the Fashion-MNIST files.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -75,6 +79,60 @@ TEST(ZeroTraining, MlpStagesOneAndTwoTrainTheWeightsOfPlainDataParallelism) {
       EXPECT_LE(relative_difference(train(id, world(n, stage)), plain), kSameWorldTolerance) << id;
     }
   }
+}
+
+// The processes whose parent is `parent` (a launcher's workers).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+TEST(ZeroTraining, AKilledWorkerRestartsFromTheShardedCheckpointBitIdentical) {
+  using namespace std::chrono_literals;
+  GptWorkspace ws;
+  if (!ws.available()) GTEST_SKIP() << "fortunes not installed (" << kFortunes << ")";
+  const std::string run = " --set train.max_steps=200 --set checkpoint.every_steps=40 --set checkpoint.keep_last=0" +
+                          world(0, 2) + kTinyGpt;
+  const CommandResult baseline = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=base" +
+                                                   run + " --nproc-per-node 2",
+                                               ws.dir().path());
+  ASSERT_EQ(baseline.exit_code, 0) << baseline.err;
+  const std::string cmd = "cd '" + ws.dir().path() + "' && exec '" GRADMESH_BINARY
+                          "' launch --nproc-per-node 2 --max-restarts 2 --rdzv-id zkill -- '" GRADMESH_BINARY
+                          "' train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=kill" + run +
+                          " > kill.out 2> kill.err";
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // A worker dies between the checkpoints of steps 80 and 120: the restart resumes from step 80's shards.
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!std::filesystem::exists(ws.file("runs/kill/checkpoints/step-80")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(2ms);
+  const std::vector<pid_t> workers = children_of(launcher);
+  ASSERT_FALSE(workers.empty());
+  ::kill(workers.back(), SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(ws.file("kill.err"));
+  EXPECT_EQ(ws.weights("kill"), ws.weights("base")) << "final weights differ from the uninterrupted run";
+  const nlohmann::json resumed = last_metrics_line(ws.file("runs/kill"), "resume");
+  EXPECT_EQ(resumed["checkpoint_zero_stage"], 2) << resumed.dump();
+  EXPECT_GE(resumed["step"].get<int64_t>(), 80) << resumed.dump();
+  EXPECT_FALSE(last_metrics_line(ws.file("runs/kill"), "restart").is_null()) << read_text(ws.file("kill.err"));
 }
 
 // A memory cgroup of its own, under this process's, limited to `limit_bytes`,

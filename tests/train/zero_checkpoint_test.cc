@@ -60,6 +60,7 @@ TEST_F(ZeroCheckpoint, AShardedCheckpointResumesAtAnyWorldSizeAndStage) {
   const nlohmann::json resumed = last_metrics_line(ws_.file("runs/three"), "resume");
   EXPECT_EQ(resumed["checkpoint_world_size"], 2);
   EXPECT_EQ(resumed["world_size"], 3);
+  EXPECT_EQ(resumed["checkpoint_zero_stage"], 2);
 }
 
 TEST_F(ZeroCheckpoint, ResumeAutoAndTimeBasedSavesWorkUnderZero) {

@@ -270,6 +270,7 @@ void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::s
   if (metrics_)
     metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
                         .add("from", how).add("checkpoint_world_size", state.world_size)
+                        .add("checkpoint_zero_stage", state.zero_stage)
                         .add("world_size", world_size_).add("generation", resilience_.generation()));
 }
 
