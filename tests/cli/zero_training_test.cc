@@ -28,7 +28,9 @@ constexpr double kSameWorldTolerance = 1e-6;
 // divides by sqrt(v), which enlarges that rounding where v is tiny.
 constexpr double kOtherWorldTolerance = 1e-4;
 
-TEST(ZeroTraining, GptStagesOneAndTwoTrainTheWeightsOfPlainDataParallelism) {
+// Stage 3 also saves checkpoints and evaluates: both need the whole
+// parameters, gathered on every rank around them.
+TEST(ZeroTraining, GptStagesOneToThreeTrainTheWeightsOfPlainDataParallelism) {
   GptWorkspace ws;
   if (!ws.available()) GTEST_SKIP() << "fortunes not installed (" << kFortunes << ")";
   const std::string steps = " --set train.max_steps=5";
@@ -41,9 +43,11 @@ TEST(ZeroTraining, GptStagesOneAndTwoTrainTheWeightsOfPlainDataParallelism) {
   for (int n = 1; n <= 4; ++n) {
     const std::vector<float> plain = ws.weights("z0n" + std::to_string(n));
     EXPECT_LE(relative_difference(plain, one), kOtherWorldTolerance) << n << " ranks";
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       const std::string id = "z" + std::to_string(stage) + "n" + std::to_string(n);
-      const CommandResult r = ws.train(id, steps + world(n, stage));
+      const std::string extra =
+          stage == 3 ? " --set checkpoint.every_steps=2 --set train.eval_every_epoch=true --set data.limit_test=5" : "";
+      const CommandResult r = ws.train(id, steps + world(n, stage) + extra);
       ASSERT_EQ(r.exit_code, 0) << id << ": " << r.err;
       const bool sharded = r.err.find("ZeRO stage " + std::to_string(stage)) != std::string::npos;
       EXPECT_EQ(sharded, n > 1) << id << ": " << r.err;
@@ -223,12 +227,12 @@ TEST(ZeroMemoryLimit, AnAddressSpaceCapBelowTheEstimateStopsTheRunAtStart) {
                                     ws.dir().path());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   for (const char* part : {"memory: the estimated memory of this rank, params ", "(ZeRO stage 0, 1 rank)",
-                           "exceeds the memory limit of 512.0 MiB from RLIMIT_AS", "parallel.zero = 1 or 2"})
+                           "exceeds the memory limit of 512.0 MiB from RLIMIT_AS", "parallel.zero = 1, 2 or 3"})
     EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
   EXPECT_FALSE(std::filesystem::exists(ws.file("runs/big"))) << "nothing is written before the check";
 }
 
-TEST(ZeroMemoryLimit, ACgroupLimitStopsPlainDataParallelismAndZeroStageTwoFitsAndTrains) {
+TEST(ZeroMemoryLimit, ACgroupLimitStopsPlainDataParallelismAndZeroStageThreeFitsAndTrains) {
   GptWorkspace ws;
   if (!ws.available()) GTEST_SKIP() << "fortunes not installed (" << kFortunes << ")";
   const int64_t limit = int64_t{1152} << 20;
@@ -243,11 +247,11 @@ TEST(ZeroMemoryLimit, ACgroupLimitStopsPlainDataParallelismAndZeroStageTwoFitsAn
   const CommandResult plain = train("plain", 0);
   EXPECT_EQ(plain.exit_code, 2) << plain.err;
   for (const char* part : {"(ZeRO stage 0, 4 ranks)", "times the 4 ranks of this node that share the limit",
-                           "exceeds the memory limit of 1152.0 MiB from cgroup", "parallel.zero = 1 or 2"})
+                           "exceeds the memory limit of 1152.0 MiB from cgroup", "parallel.zero = 1, 2 or 3"})
     EXPECT_NE(plain.err.find(part), std::string::npos) << part << "\n" << plain.err;
-  const CommandResult sharded = train("sharded", 2);
+  const CommandResult sharded = train("sharded", 3);
   ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
-  EXPECT_NE(sharded.err.find("(ZeRO stage 2, 4 ranks); limit 1152.0 MiB from cgroup"), std::string::npos)
+  EXPECT_NE(sharded.err.find("(ZeRO stage 3, 4 ranks); limit 1152.0 MiB from cgroup"), std::string::npos)
       << sharded.err;
   const nlohmann::json summary = last_metrics_line(ws.file("runs/sharded"), "summary");
   ASSERT_EQ(summary["peak_rss_bytes_per_rank"].size(), 4u) << summary.dump();

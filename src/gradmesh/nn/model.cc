@@ -18,7 +18,10 @@ Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root
     total += n;
   }
   flat_params_ = Tensor::empty({total});
-  flat_grads_ = Tensor::zeros({total});
+  // Not zero-filled: backward writes every gradient before anything reads
+  // it (zero_grad() makes the next write overwrite), so the pages stay
+  // untouched until used, and ZeRO's given-back pieces never become resident.
+  flat_grads_ = Tensor::empty({total});
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     Tensor value = flat_params_.slice_flat(info_[i].offset, p.shape);

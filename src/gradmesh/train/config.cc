@@ -176,9 +176,6 @@ void read_root(const toml::table& root, Config& config, std::vector<Problem>& pr
 // parallel.zero and what it cannot be combined with (docs/zero.md).
 void check_zero_keys(const Config& config, const std::string& where) {
   const int64_t zero = config.parallel.zero;
-  if (zero == 3)
-    config_error(where, "parallel.zero: stage 3 is not available yet (it would shard the parameters too); "
-                        "use 1 (optimizer state) or 2 (optimizer state and gradients)");
   if (zero == 0) return;
   if (config.parallel.comm_dtype != "f32")
     config_error(where, "parallel.comm_dtype: ZeRO (parallel.zero = " + std::to_string(zero) +
@@ -190,6 +187,10 @@ void check_zero_keys(const Config& config, const std::string& where) {
                             ": each rank holds only its shard of the optimizer state, which dies with a failed "
                             "worker; use elastic.recovery = \"restart\" (resumes from the sharded checkpoint) or "
                             "parallel.zero = 0");
+  if (zero == 3 && config.parallel.straggler == "rebalance")
+    config_error(where, "parallel.straggler: \"rebalance\" with parallel.zero = 3 could leave a rank fewer samples "
+                        "than train.accum_steps, and every rank must run every unit's gathers; use "
+                        "straggler = \"none\" or parallel.zero <= 2");
 }
 
 // Rules that involve more than one key; same rules as PyTorch where it has one.

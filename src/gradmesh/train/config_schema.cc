@@ -191,7 +191,7 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::straggler>("straggler", "none", one_of({"none", "rebalance"}), "rebalance: every parallel.rebalance_every steps, give each rank a share of the global batch proportional to its measured speed, so a slow rank holds the step up less (same global batch; not bit-reproducible)."),
     key<&ParallelConfig::rebalance_every>("rebalance_every", 5, closed(1, kMaxSteps), "With straggler = \"rebalance\": gather every rank's phase times and re-split the batch every N optimizer steps (a small all-gather each time)."),
 
-    key<&ParallelConfig::zero>("zero", 0, closed(0, 3), "ZeRO stage with several ranks (docs/zero.md): 0 = plain data parallelism (every rank holds all parameters, gradients and optimizer state); 1 = each rank keeps the optimizer state of its shard only; 2 = also only its shard of the reduced gradients. Same weights as 0 up to float rounding. 3 (sharded parameters) is not available yet and is rejected. A single process ignores it."),
+    key<&ParallelConfig::zero>("zero", 0, closed(0, 3), "ZeRO stage with several ranks (docs/zero.md): 0 = plain data parallelism (every rank holds all parameters, gradients and optimizer state); 1 = each rank keeps the optimizer state of its shard only; 2 = also only its shard of the reduced gradients; 3 = also only its shard of the parameters, each unit's (a GPT block's) gathered just before it runs forward and backward. Same weights as 0 up to float rounding. A single process ignores it."),
 
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),

@@ -150,8 +150,11 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
   if (sharing > 1)
     what += " times the " + std::to_string(sharing) + " ranks of this node that share the limit (" +
             parallel::mib_text(saturated(needed)) + "),";
-  std::string hint = estimate.stage < 2 ? "shard the training state with parallel.zero = " +
-                                              std::string(estimate.stage < 1 ? "1 or 2" : "2") + " over several processes"
+  std::string hint = estimate.stage < 3 ? "shard the training state with parallel.zero = " +
+                                              std::string(estimate.stage < 1   ? "1, 2 or 3"
+                                                          : estimate.stage < 2 ? "2 or 3"
+                                                                               : "3") +
+                                              " over several processes"
                                         : "spread it over more processes";
   hint += " (--nproc-per-node, more nodes), set model.recompute = true (GPT) or lower train.batch_size, use a "
           "smaller model, or raise the limit";

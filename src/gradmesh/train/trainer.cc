@@ -19,6 +19,7 @@
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
 #include "gradmesh/parallel/split_balancer.h"
+#include "gradmesh/parallel/zero_param_shards.h"
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
@@ -134,6 +135,9 @@ class TrainingRun {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<parallel::GradientReducer> reducer_;  // several ranks, parallel.zero = 0
   std::unique_ptr<parallel::ZeroReducer> zero_;          // several ranks, parallel.zero >= 1
+  std::unique_ptr<parallel::ZeroParamShards> param_shards_;  // parallel.zero = 3: the model's unit hooks
+  void gather_full_parameters();   // stage 3, collective: every rank holds the whole parameters
+  void release_full_parameters();
   std::unique_ptr<data::BatchLoader> loader_;
   optim::ScheduleOptions schedule_;
   float base_lr_ = 0;
@@ -193,8 +197,33 @@ void TrainingRun::build_step_machinery() {
     balancer_ = std::make_unique<parallel::SplitBalancer>(world_size_);
 }
 
+void TrainingRun::gather_full_parameters() {
+  if (param_shards_) param_shards_->gather_all();
+}
+
+void TrainingRun::release_full_parameters() {
+  if (param_shards_) param_shards_->release_all();
+}
+
 TrainSummary TrainingRun::run() {
   open_outputs();
+  // Stage 3: the parameters are whole now (broadcast, or loaded from a
+  // checkpoint on every rank); from here on a rank keeps only its pieces and
+  // the model gathers each unit around its use.
+  if (zero_ && zero_->stage() == 3) {
+    // Every rank must run every micro-batch's units: no rank may get an empty one.
+    if (tc_.batch_size / world_size_ < tc_.accum_steps)
+      throw_error(ErrorKind::kConfig, "train.batch_size",
+                  std::to_string(tc_.batch_size) + " over " + std::to_string(world_size_) +
+                      " ranks leaves a rank fewer samples than train.accum_steps = " + std::to_string(tc_.accum_steps) +
+                      ", which parallel.zero = 3 needs (every rank runs every micro-batch's parameter gathers)");
+    param_shards_ = std::make_unique<parallel::ZeroParamShards>(model(), group_, zero_->layout(),
+                                                                collective_timeout(config_.parallel));
+    nn::forward_context().unit_hooks = param_shards_.get();
+  }
+  struct HooksOff {
+    ~HooksOff() { nn::forward_context().unit_hooks = nullptr; }
+  } hooks_off;
   announce();
   s_.start = s_.window_start = now_seconds();
   trace_ = std::make_unique<obs::ChromeTrace>(rank_, s_.start);
@@ -218,6 +247,7 @@ TrainSummary TrainingRun::run() {
   resilience_.finished();
   summarize();
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
+  if (config_.output.save_weights && !summary_.stopped) gather_full_parameters();
   if (!leader_ || summary_.stopped) return summary_;
   if (config_.output.save_weights) {
     summary_.weights_path = summary_.run_dir + "/model.safetensors";
@@ -355,6 +385,11 @@ void TrainingRun::run_epoch(int64_t epoch) {
 void TrainingRun::save_checkpoint(bool sync) {
   const double stalled = checkpointer_->save(
       [&] {
+        gather_full_parameters();  // stage 3: rank 0 writes the whole model
+        struct Release {
+          TrainingRun* run;
+          ~Release() { run->release_full_parameters(); }
+        } release{this};
         return zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
                      : take_snapshot(model(), *optimizer_, current_state());
       },
@@ -484,7 +519,13 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   const double eval_start = now_seconds();
   const uint64_t eval_flops = kernels::gemm_flops();
   resilience_.touch();
+  // Stage 3: ranks evaluate different numbers of batches, so the units'
+  // gathers would not pair up; evaluation runs on the whole parameters.
+  gather_full_parameters();
+  nn::forward_context().unit_hooks = nullptr;
   const EvalResult r = evaluate_world(model(), *prepared_.data->test, world_);
+  nn::forward_context().unit_hooks = param_shards_.get();
+  release_full_parameters();
   resilience_.touch();
   flops_excluded_ += kernels::gemm_flops() - eval_flops;
   summary_.test_loss = r.loss;
