@@ -24,16 +24,7 @@
 // The build targets baseline x86-64, so the per-head loops (and the helpers
 // inlined into them) are compiled once per ISA level and picked at load time
 // (GNU ifunc). Defining GRADMESH_MULTIVERSION empty builds the baseline alone.
-#ifndef GRADMESH_MULTIVERSION
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define GRADMESH_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#endif
-#ifndef GRADMESH_MULTIVERSION
-#define GRADMESH_MULTIVERSION
-#endif
+#include "gradmesh/kernels/multiversion.h"
 
 namespace gradmesh::kernels {
 namespace {

@@ -25,16 +25,7 @@
 // for this file, so every clone produces bit-identical results: training
 // reruns match across machines with and without AVX-512.
 // Defining GRADMESH_MULTIVERSION empty builds the baseline code alone.
-#ifndef GRADMESH_MULTIVERSION
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define GRADMESH_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#endif
-#ifndef GRADMESH_MULTIVERSION
-#define GRADMESH_MULTIVERSION
-#endif
+#include "gradmesh/kernels/multiversion.h"
 
 namespace gradmesh::kernels {
 namespace {

@@ -7,6 +7,7 @@
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/parallel/step_collectives.h"
 
 namespace gradmesh::parallel {
 
@@ -106,10 +107,7 @@ void GradientReducer::launch(size_t b) {
 }
 
 void GradientReducer::wait_for(comm::Work& work, const std::string& what_expired) const {
-  bool done = options_.timeout ? work.wait(*options_.timeout) : false;
-  // No timeout of the reducer's own: the group's applies, and the group fails the Work when it expires.
-  while (!options_.timeout && !done) done = work.wait(comm::kDefaultTimeout);
-  if (!done) throw_error(ErrorKind::kTimeout, work.description(), what_expired);
+  wait_for_collective(work, options_.timeout, what_expired);
 }
 
 double GradientReducer::finish_step() {
@@ -145,15 +143,7 @@ bool GradientReducer::agree_on_finite_loss_without_buckets() {
 }
 
 std::vector<float> GradientReducer::gather_step_losses() {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  const float mine = std::isfinite(step_loss_) ? static_cast<float>(std::clamp<double>(step_loss_, -kMax, kMax))
-                                               : static_cast<float>(step_loss_);
-  Tensor in = Tensor::from_vector({1}, {mine});
-  Tensor out = Tensor::empty({group_->size()}, DType::kF32);
-  comm::CollectiveOptions options;
-  options.timeout = options_.timeout;
-  wait_for(*group_->allgather(in, out, options), "the step losses were not gathered within the timeout");
-  return out.to_vector();
+  return parallel::gather_step_losses(*group_, step_loss_, options_.timeout);
 }
 
 }  // namespace gradmesh::parallel

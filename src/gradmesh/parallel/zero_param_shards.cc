@@ -75,10 +75,9 @@ void ZeroParamShards::release(size_t b) {
   const FlatRange range = layout_.buckets()[b].range;
   const FlatRange mine = layout_.owned(b, rank_);
   float* params = model_.flat_params().data();
-  // An empty piece (all padding) sits at the bucket's end: everything else goes.
-  const int64_t mine_begin = mine.empty() ? range.end : mine.begin;
-  zero_and_give_back(params + range.begin, mine_begin - range.begin);
-  if (!mine.empty()) zero_and_give_back(params + mine.end, range.end - mine.end);
+  // An empty piece (all padding) is [range.end, range.end): everything goes.
+  zero_and_give_back(params + range.begin, mine.begin - range.begin);
+  zero_and_give_back(params + mine.end, range.end - mine.end);
   resident_[b] = false;
 }
 
