@@ -66,8 +66,9 @@ TEST_F(ZeroCheckpoint, AShardedCheckpointResumesAtAnyWorldSizeAndStage) {
 TEST_F(ZeroCheckpoint, ResumeAutoAndTimeBasedSavesWorkUnderZero) {
   train_ok("uninterrupted", " --set train.max_steps=6" + world(3, 1));
   // Every rank's clock says a save is due at every step; the ranks vote, so all save together.
-  train_ok("auto", " --set train.max_steps=3 --set checkpoint.every_seconds=0.001 --set checkpoint.keep_last=0" +
-                       world(3, 1));
+  // Synchronous saves: a background save still in flight at the next step would make it not due yet.
+  train_ok("auto", " --set train.max_steps=3 --set checkpoint.every_seconds=0.001 --set checkpoint.keep_last=0"
+                   " --set checkpoint.async=false" + world(3, 1));
   // (Step 1 may start within the first millisecond; steps 2 and 3 take longer than that.)
   const nlohmann::json first = last_metrics_line(ws_.file("runs/auto"), "summary");
   EXPECT_GE(first["checkpoints_saved"].get<int>(), 2) << first.dump();
