@@ -10,6 +10,7 @@
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/init.h"
 #include "gradmesh/nn/model.h"
 #include "gradmesh/nn/models.h"
@@ -116,6 +117,38 @@ TEST_F(ModelTest, SameSeedSameParametersDifferentSeedDifferent) {
   int64_t same = 0;
   for (size_t i = 0; i < va.size(); ++i) same += va[i] == vc[i];
   EXPECT_LT(same, static_cast<int64_t>(va.size()) / 100);
+}
+
+// ZeRO stage 3 initialises only the pieces a rank owns: pieces cutting across
+// parameters, filled in any order, must give the bits of the whole init
+// (the LayerNorm ones/zeros and the embeddings' normal included).
+TEST_F(ModelTest, DeferredValuesFilledPieceByPieceEqualTheWholeInit) {
+  for (const bool gpt : {false, true}) {
+    auto build = [&]() -> std::unique_ptr<Module> {
+      if (!gpt) return build_mlp(MlpSpec{20, {16, 12}, 5});
+      GptSpec g;
+      g.vocab_size = 11;
+      g.block_size = 8;
+      g.n_layer = 2;
+      g.n_head = 2;
+      g.n_embd = 8;
+      return build_gpt(g);
+    };
+    Model whole(build(), 9), pieces(build(), 9, ParameterInit::kDeferred);
+    const int64_t n = whole.num_parameters();
+    pieces.flat_params().fill(-7.0f);  // a stale value left anywhere shows up below
+    int64_t prev = 0;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int64_t c : {int64_t{1}, n / 3, 2 * n / 3, n - 5, n}) {
+      ranges.emplace_back(prev, c);
+      prev = c;
+    }
+    for (auto it = ranges.rbegin(); it != ranges.rend(); ++it) pieces.initialize_range(it->first, it->second);
+    pieces.initialize_range(0, 1);
+    EXPECT_EQ(std::memcmp(whole.flat_params().data(), pieces.flat_params().data(), whole.flat_params().nbytes()), 0)
+        << (gpt ? "gpt" : "mlp");
+    EXPECT_THROW(pieces.initialize_range(0, n + 1), Error);
+  }
 }
 
 TEST_F(ModelTest, InitDependsOnlyOnSeedParameterIndexAndElement) {

@@ -1,5 +1,6 @@
 #include "gradmesh/nn/init.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gradmesh/core/error.h"
@@ -18,15 +19,18 @@ InitKind parse_weight_init(const std::string& name) {
 }
 
 void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_index) {
+  initialize_elements(t.data(), 0, t.numel(), spec, seed, param_index);
+}
+
+void initialize_elements(float* data, int64_t first, int64_t count, const InitSpec& spec, uint64_t seed,
+                         uint64_t param_index) {
   const CounterRng rng(seed, RngPurpose::kInit, param_index);
-  float* data = t.data();
-  const int64_t n = t.numel();
   const double fan_in = static_cast<double>(spec.fan_in), fan_sum = static_cast<double>(spec.fan_in + spec.fan_out);
   auto fill_uniform = [&](double bound) {
-    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>((2.0 * rng.uniform(i) - 1.0) * bound);
+    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>((2.0 * rng.uniform(first + i) - 1.0) * bound);
   };
   auto fill_normal = [&](double std) {
-    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(rng.normal(i) * std);
+    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(rng.normal(first + i) * std);
   };
   switch (spec.kind) {
     case InitKind::kPytorchDefault: fill_uniform(1.0 / std::sqrt(fan_in)); return;
@@ -35,8 +39,8 @@ void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_i
     case InitKind::kXavierUniform: fill_uniform(std::sqrt(6.0 / fan_sum)); return;
     case InitKind::kXavierNormal: fill_normal(std::sqrt(2.0 / fan_sum)); return;
     case InitKind::kNormal: fill_normal(spec.std); return;
-    case InitKind::kZeros: t.fill(0.0f); return;
-    case InitKind::kOnes: t.fill(1.0f); return;
+    case InitKind::kZeros: std::fill(data, data + count, 0.0f); return;
+    case InitKind::kOnes: std::fill(data, data + count, 1.0f); return;
   }
 }
 

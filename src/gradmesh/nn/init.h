@@ -33,5 +33,9 @@ struct InitSpec {
 
 // Fills `t` (float32) as `spec` says, drawing from CounterRng(seed, kInit, param_index).
 void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_index);
+// Elements [first, first + count) of that parameter only, into `data`: the
+// values initialize() gives them, so a rank can fill just the piece it owns.
+void initialize_elements(float* data, int64_t first, int64_t count, const InitSpec& spec, uint64_t seed,
+                         uint64_t param_index);
 
 }  // namespace gradmesh::nn

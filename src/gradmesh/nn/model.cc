@@ -1,5 +1,6 @@
 #include "gradmesh/nn/model.h"
 
+#include <algorithm>
 #include <map>
 
 #include "gradmesh/core/error.h"
@@ -7,7 +8,7 @@
 
 namespace gradmesh::nn {
 
-Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root)) {
+Model::Model(std::unique_ptr<Module> root, uint64_t seed, ParameterInit init) : root_(std::move(root)), seed_(seed) {
   std::vector<std::pair<std::string, Parameter*>> named;
   root_->collect_parameters("", named);
   int64_t total = 0;
@@ -25,7 +26,7 @@ Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     Tensor value = flat_params_.slice_flat(info_[i].offset, p.shape);
-    initialize(value, p.init, seed, i);
+    if (init == ParameterInit::kNow) initialize(value, p.init, seed, i);
     p.var = Variable(value, /*requires_grad=*/true);
     p.var.state()->grad = flat_grads_.slice_flat(info_[i].offset, p.shape);
     p.var.state()->param_index = static_cast<int>(i);
@@ -35,6 +36,15 @@ Model::Model(std::unique_ptr<Module> root, uint64_t seed) : root_(std::move(root
   uint64_t dropout_key = 0;
   for (Module* m : modules)
     if (auto* d = dynamic_cast<Dropout*>(m)) d->set_layer_key(dropout_key++);
+}
+
+void Model::initialize_range(int64_t begin, int64_t end) {
+  GRADMESH_CHECK(begin >= 0 && begin <= end && end <= num_parameters(), "initialize_range outside the flat buffer");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t first = std::max(begin, info_[i].offset), last = std::min(end, info_[i].offset + info_[i].numel);
+    if (first >= last) continue;
+    initialize_elements(flat_params_.data() + first, first - info_[i].offset, last - first, params_[i]->init, seed_, i);
+  }
 }
 
 Variable Model::forward(const Variable& x) {

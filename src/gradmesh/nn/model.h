@@ -23,10 +23,15 @@ struct ParameterInfo {
   int64_t numel;
 };
 
+// kDeferred leaves the values unwritten (their pages not even resident) until
+// initialize_range() fills the pieces a rank will keep: ZeRO stage 3 never
+// holds the whole model at start-up.
+enum class ParameterInit { kNow, kDeferred };
+
 class Model {
  public:
   // Places every parameter of `root` in the flat buffer and initialises it from `seed`.
-  Model(std::unique_ptr<Module> root, uint64_t seed);
+  Model(std::unique_ptr<Module> root, uint64_t seed, ParameterInit init = ParameterInit::kNow);
 
   // The root's forward; a root without parameter units runs as unit 0.
   Variable forward(const Variable& x);
@@ -37,6 +42,10 @@ class Model {
   int64_t num_parameters() const { return flat_params_.numel(); }
   Tensor& flat_params() { return flat_params_; }
   Tensor& flat_grads() { return flat_grads_; }
+
+  // Writes the initial values of flat elements [begin, end), exactly as the
+  // constructor's kNow would (element j of parameter i depends on (seed, i, j) only).
+  void initialize_range(int64_t begin, int64_t end);
 
   // Starts a new gradient: the next backward overwrites instead of adding.
   // Not calling it between backward passes accumulates (gradient accumulation).
@@ -61,6 +70,7 @@ class Model {
 
  private:
   std::unique_ptr<Module> root_;
+  uint64_t seed_;
   std::vector<ParameterInfo> info_;
   std::vector<Parameter*> params_;
   Tensor flat_params_;

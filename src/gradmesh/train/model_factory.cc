@@ -138,7 +138,8 @@ int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) 
   throw_error(ErrorKind::kConfig, "model.kind", "expected mlp, cnn or gpt, got '" + config.kind + "'");
 }
 
-std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed) {
+std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
+                                      nn::ParameterInit values) {
   count_parameters(config, input);
   const nn::InitKind init = nn::parse_weight_init(config.init);
   std::unique_ptr<nn::Module> root;
@@ -165,7 +166,7 @@ std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeo
     spec.init = init;
     root = nn::build_cnn(spec);
   }
-  return std::make_unique<nn::Model>(std::move(root), seed);
+  return std::make_unique<nn::Model>(std::move(root), seed, values);
 }
 
 }  // namespace gradmesh::train

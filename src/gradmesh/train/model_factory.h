@@ -35,6 +35,7 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 31;
 int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
 
 // Checks count_parameters first, so an oversized config fails before any allocation.
-std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed);
+std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
+                                      nn::ParameterInit values = nn::ParameterInit::kNow);
 
 }  // namespace gradmesh::train

@@ -60,7 +60,9 @@ PreparedRank prepare(const Config& config, int world) {
   p.memory = estimate_rank_memory(config, p.data->geometry, count_parameters(config.model, p.data->geometry), world);
   p.memory_limit = process_memory_limit();
   check_memory_fits(p.memory, p.memory_limit, local_rank_count());
-  p.model = build_model(config.model, p.data->geometry, tc.seed);
+  p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty();
+  p.model = build_model(config.model, p.data->geometry, tc.seed,
+                        p.deferred_init ? nn::ParameterInit::kDeferred : nn::ParameterInit::kNow);
   if (!tc.init_from.empty()) {
     checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -121,7 +123,8 @@ PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
     if (failure) std::rethrow_exception(failure);  // this rank's own error says more than "rank r failed"
     throw;
   }
-  parallel::broadcast_parameters(*group, *p.model);
+  // Deferred values are the same on every rank by construction (counter-based init).
+  if (!p.deferred_init) parallel::broadcast_parameters(*group, *p.model);
   return p;
 }
 

@@ -31,6 +31,10 @@ struct PreparedRank {
   std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;
+  // ZeRO stage 3 starting fresh: the values are unwritten, and each rank
+  // initialises the pieces it owns (nn::Model::initialize_range) once the
+  // shard layout is known; nothing is broadcast.
+  bool deferred_init = false;
   MemoryEstimate memory;                    // what this rank will hold (memory_budget.h)
   std::optional<MemoryLimit> memory_limit;  // what the process may hold; none when unlimited
 };

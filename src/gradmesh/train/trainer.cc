@@ -173,6 +173,14 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   // ZeRO's layout decides which elements this rank's optimizer owns, so it comes first.
   if (multi_rank(world_) && config_.parallel.zero >= 1)
     zero_ = std::make_unique<parallel::ZeroReducer>(model(), group_, zero_options(config_.parallel));
+  if (prepared_.deferred_init) {
+    GRADMESH_CHECK(zero_ && zero_->stage() == 3, "deferred initialisation without ZeRO stage 3");
+    const parallel::ShardLayout& layout = zero_->layout();
+    for (size_t b = 0; b < layout.buckets().size(); ++b) {
+      const parallel::FlatRange mine = layout.owned(b, rank_);
+      model().initialize_range(mine.begin, mine.end);
+    }
+  }
   optimizer_ = make_optimizer(config_, zero_ ? zero_->param_groups([this](const nn::ParameterInfo& p) {
                                                  return weight_decay_of(config_, p);
                                                })
