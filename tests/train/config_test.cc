@@ -388,6 +388,32 @@ TEST(ConfigErrors, ZeroStagesAndWhatZeroCannotBeCombinedWith) {
   EXPECT_EQ(plain.elastic.recovery, "in-process");
 }
 
+// parallel.mesh is a table inside [parallel]: inline, dotted or through --set;
+// its keys round-trip through the resolved config, and a stray key is named in full.
+TEST(ConfigMesh, InlineTableDottedKeysAndOverrides) {
+  const Config defaults;
+  EXPECT_EQ(defaults.parallel.mesh_dp, 0);
+  EXPECT_EQ(defaults.parallel.mesh_pp, 1);
+  EXPECT_EQ(defaults.parallel.mesh_tp, 1);
+  const Config inline_table = parse_config("[parallel]\nmesh = { dp = 2, pp = 3, tp = 4 }\n", "x");
+  EXPECT_EQ(inline_table.parallel.mesh_dp, 2);
+  EXPECT_EQ(inline_table.parallel.mesh_pp, 3);
+  EXPECT_EQ(inline_table.parallel.mesh_tp, 4);
+  const Config dotted = parse_config("[parallel]\nmesh.pp = 2\n", "x", {"parallel.mesh.tp=2"});
+  EXPECT_EQ(dotted.parallel.mesh_pp, 2);
+  EXPECT_EQ(dotted.parallel.mesh_tp, 2);
+  EXPECT_EQ(dotted.parallel.mesh_dp, 0);
+  const std::string toml = config_to_toml(inline_table);
+  EXPECT_NE(toml.find("mesh.pp = 3"), std::string::npos) << toml;
+  EXPECT_EQ(parse_config(toml, "resolved.toml"), inline_table);
+  const std::string stray = config_error("[parallel]\nmesh = { dp = 1, ppp = 2 }\n");
+  EXPECT_NE(stray.find("unknown key 'parallel.mesh.ppp'"), std::string::npos) << stray;
+  const std::string zero = config_error("[parallel]\nmesh = { tp = 0 }\n");
+  EXPECT_NE(zero.find("parallel.mesh.tp"), std::string::npos) << zero;
+  const std::string scalar = config_error("[parallel]\nmesh = 4\n");
+  EXPECT_NE(scalar.find("parallel.mesh"), std::string::npos) << scalar;
+}
+
 TEST(ConfigOverrides, ValuesAreTomlOrBareStrings) {
   Config c = parse_config("[optim]\nlr = 0.3\n", "cfg.toml",
                           {"optim.lr=0.1", "model.hidden=[256,256]", "model.kind=cnn", "train.epochs=3",

@@ -60,3 +60,35 @@ TEST(ReducerOptions, NumbersBeyondTheSchemaNeverReachACast) {
 
 }  // namespace
 }  // namespace gradmesh::train
+
+namespace gradmesh::train {
+namespace {
+
+std::string mesh_error(const ParallelConfig& c, int world) {
+  try {
+    training_mesh(c, world);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TrainingMesh, DataParallelFillsTheWorldAndOtherLayoutsAreNamed) {
+  ParallelConfig c;
+  EXPECT_EQ(training_mesh(c, 4), (parallel::MeshShape{4, 1, 1}));
+  EXPECT_EQ(training_mesh(c, 1), (parallel::MeshShape{1, 1, 1}));
+  c.mesh_dp = 3;
+  EXPECT_NE(mesh_error(c, 4).find("dp x pp x tp = 3 must equal the world size 4"), std::string::npos);
+  c.mesh_dp = 0;
+  c.mesh_pp = 2;
+  const std::string pp = mesh_error(c, 4);
+  EXPECT_NE(pp.find("parallel.mesh"), std::string::npos) << pp;
+  EXPECT_NE(pp.find("pp = 2"), std::string::npos) << pp;
+  c.mesh_pp = 1;
+  c.mesh_tp = 2;
+  EXPECT_NE(mesh_error(c, 1).find("pp x tp = 2 does not divide the world size 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradmesh::train

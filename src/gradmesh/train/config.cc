@@ -126,6 +126,12 @@ std::string assign(Config& config, const KeySpec& spec, const toml::node& node) 
   return "";
 }
 
+bool has_keys_under(const std::string& prefix) {
+  for (const KeySpec& spec : config_schema())
+    if (spec.path.size() > prefix.size() && spec.path.compare(0, prefix.size() + 1, prefix + ".") == 0) return true;
+  return false;
+}
+
 struct Problem {
   toml::source_position position;
   std::string message;
@@ -136,6 +142,11 @@ void read_section(const std::string& section, const toml::table& table, Config& 
   for (auto&& [key, node] : table) {
     std::string path = section + "." + std::string(key.str());
     const KeySpec* spec = find_key(path);
+    if (spec == nullptr && node.is_table() && has_keys_under(path)) {
+      // A table of keys inside the section: mesh = { dp = 2, pp = 2 } or mesh.dp = 2.
+      read_section(path, *node.as_table(), config, problems);
+      continue;
+    }
     if (spec == nullptr) {
       problems.push_back({key.source().begin, unknown_key_message(path)});
       continue;
@@ -288,7 +299,8 @@ std::string config_to_toml(const Config& config) {
   for (const SectionSpec& section : config_sections()) {
     out += "\n[" + section.name + "]\n";
     for (const KeySpec& spec : config_schema())
-      if (spec.section == section.name) out += leaf_of(spec.path) + " = " + format_value(spec.get(config)) + "\n";
+      if (spec.section == section.name)
+        out += spec.path.substr(section.name.size() + 1) + " = " + format_value(spec.get(config)) + "\n";
   }
   return out;
 }

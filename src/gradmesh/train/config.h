@@ -113,7 +113,10 @@ struct ParallelConfig {
   double slow_rank_factor;   // flag a rank whose step time exceeds the median by this factor
   std::string straggler;     // "none" | "rebalance": shift batch samples away from slow ranks every parallel.rebalance_every steps
   int64_t rebalance_every;   // steps between split decisions with straggler = "rebalance"
-  int64_t zero;              // ZeRO stage: 0 plain data parallel, 1 shard optimizer state, 2 also gradients (3 rejected)
+  int64_t zero;              // ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 also gradients, 3 also parameters
+  int64_t mesh_dp;           // parallel.mesh.dp: data-parallel degree; 0 = world / (pp x tp)
+  int64_t mesh_pp;           // parallel.mesh.pp: pipeline stages
+  int64_t mesh_tp;           // parallel.mesh.tp: tensor-parallel degree
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -193,6 +193,10 @@ std::vector<KeySpec> build_schema() {
 
     key<&ParallelConfig::zero>("zero", 0, closed(0, 3), "ZeRO stage with several ranks (docs/zero.md): 0 = plain data parallelism (every rank holds all parameters, gradients and optimizer state); 1 = each rank keeps the optimizer state of its shard only; 2 = also only its shard of the reduced gradients; 3 = also only its shard of the parameters, each unit's (a GPT block's) gathered just before it runs forward and backward. Same weights as 0 up to float rounding. A single process ignores it."),
 
+    key<&ParallelConfig::mesh_dp>("mesh.dp", 0, closed(0, 1 << 20), "Data-parallel degree of the device mesh (docs/model-parallel.md); 0 = the world size over pp x tp. dp x pp x tp must equal the world size; ranks are laid out with tp fastest, then pp, then dp (Megatron's order). Written mesh = { dp = 2, pp = 2, tp = 1 } or mesh.dp = 2."),
+    key<&ParallelConfig::mesh_pp>("mesh.pp", 1, closed(1, 1 << 20), "Pipeline stages of the device mesh: consecutive GPT blocks on different ranks."),
+    key<&ParallelConfig::mesh_tp>("mesh.tp", 1, closed(1, 1 << 20), "Tensor-parallel degree of the device mesh: each layer's matrices split across this many ranks."),
+
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
     key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),

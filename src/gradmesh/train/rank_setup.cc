@@ -9,6 +9,7 @@
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/sample_order.h"
+#include "gradmesh/parallel/mesh.h"
 #include "gradmesh/parallel/rank_agreement.h"
 #include "gradmesh/train/config_schema.h"
 #include "gradmesh/train/model_factory.h"
@@ -55,6 +56,7 @@ PreparedRank prepare(const Config& config, int world) {
                     ": every rank needs at least one sample of each global batch; raise train.batch_size or start "
                     "fewer workers");
   PreparedRank p;
+  p.mesh = training_mesh(config.parallel, world);
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
   p.memory = estimate_rank_memory(config, p.data->geometry, count_parameters(config.model, p.data->geometry), world);
@@ -91,6 +93,20 @@ std::string agreement_text(Config c) {
 }
 
 }  // namespace
+
+parallel::MeshShape training_mesh(const ParallelConfig& c, int world) {
+  const parallel::MeshShape shape = parallel::resolve_mesh_shape(
+      static_cast<int>(c.mesh_dp), static_cast<int>(c.mesh_pp), static_cast<int>(c.mesh_tp), world, "parallel.mesh");
+  // The mesh, its groups and the split layers exist (parallel/mesh.h,
+  // parallel/tensor_parallel.h); the trainer does not run pipeline stages or
+  // split layers yet, so such a layout is refused before anything starts.
+  if (shape.pp > 1 || shape.tp > 1)
+    throw_error(ErrorKind::kConfig, "parallel.mesh",
+                "pp = " + std::to_string(shape.pp) + ", tp = " + std::to_string(shape.tp) +
+                    ": training runs data parallelism (and ZeRO) over the whole world only for now; set "
+                    "mesh = { pp = 1, tp = 1 }");
+  return shape;
+}
 
 bool multi_rank(const comm::ProcessGroup* group) { return group && group->size() > 1; }
 

@@ -12,6 +12,7 @@
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/nn/model.h"
 #include "gradmesh/parallel/gradient_reducer.h"
+#include "gradmesh/parallel/mesh.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/memory_budget.h"
@@ -27,7 +28,12 @@ data::ImageDataset load_test_set(const Config& config);
 
 bool multi_rank(const comm::ProcessGroup* group);
 
+// The device mesh of `world` ranks from parallel.mesh (Error(kConfig) naming
+// it when dp x pp x tp is not the world size, or a layout training cannot run).
+parallel::MeshShape training_mesh(const ParallelConfig& config, int world);
+
 struct PreparedRank {
+  parallel::MeshShape mesh;  // dp x pp x tp; dp = the world with pp = tp = 1
   std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;

@@ -19,6 +19,7 @@
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
 #include "gradmesh/parallel/split_balancer.h"
+#include "gradmesh/parallel/mesh.h"
 #include "gradmesh/parallel/zero_param_shards.h"
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
@@ -336,6 +337,7 @@ void TrainingRun::announce() {
                     std::to_string(prepared_.steps.total_steps) + " steps" +
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : "") +
                     (zero_ ? ", ZeRO stage " + std::to_string(zero_->stage()) : ""));
+  if (multi_rank(world_)) progress_.message("mesh: " + parallel::DeviceMesh(prepared_.mesh).describe());
   progress_.message(memory_message(prepared_.memory, prepared_.memory_limit));
   if (metrics_) metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
 }
