@@ -22,15 +22,40 @@ void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_i
   initialize_elements(t.data(), 0, t.numel(), spec, seed, param_index);
 }
 
+namespace {
+
+// The full parameter's element index of each element of a piece (InitShard).
+class FullIndex {
+ public:
+  explicit FullIndex(const InitShard* shard) : shard_(shard) {}
+  int64_t operator()(int64_t local) const {
+    if (shard_ == nullptr) return local;
+    const int64_t r = local / shard_->cols, c = local % shard_->cols;
+    int64_t before = 0;
+    for (const auto& [begin, end] : shard_->row_ranges) {
+      if (r < before + (end - begin)) return (begin + r - before) * shard_->full_cols + shard_->col_begin + c;
+      before += end - begin;
+    }
+    GRADMESH_CHECK(false, "an element beyond the rows of its InitShard");
+    return -1;
+  }
+
+ private:
+  const InitShard* shard_;
+};
+
+}  // namespace
+
 void initialize_elements(float* data, int64_t first, int64_t count, const InitSpec& spec, uint64_t seed,
                          uint64_t param_index) {
   const CounterRng rng(seed, RngPurpose::kInit, param_index);
+  const FullIndex full(spec.shard.get());
   const double fan_in = static_cast<double>(spec.fan_in), fan_sum = static_cast<double>(spec.fan_in + spec.fan_out);
   auto fill_uniform = [&](double bound) {
-    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>((2.0 * rng.uniform(first + i) - 1.0) * bound);
+    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>((2.0 * rng.uniform(full(first + i)) - 1.0) * bound);
   };
   auto fill_normal = [&](double std) {
-    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(rng.normal(first + i) * std);
+    for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(rng.normal(full(first + i)) * std);
   };
   switch (spec.kind) {
     case InitKind::kPytorchDefault: fill_uniform(1.0 / std::sqrt(fan_in)); return;

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/core/tensor.h"
 
@@ -24,11 +27,26 @@ enum class InitKind {
 // "default" | "kaiming_normal" | "kaiming_uniform" | "xavier_uniform" | "xavier_normal"; throws kConfig otherwise.
 InitKind parse_weight_init(const std::string& name);
 
+// A parameter that is a piece of a larger one (a tensor-parallel shard):
+// its element (r, c), row-major with `cols` columns, is element
+// (full row of r, col_begin + c) of the full tensor with `full_cols` columns,
+// where the rows of `row_ranges` ([begin, end) of the full tensor's rows,
+// in order) are laid end to end. A 1-D piece has cols = full_cols = 1.
+// Initialised through it, the piece holds exactly the values the full
+// parameter would hold there, so a split model starts as the whole one.
+struct InitShard {
+  int64_t full_cols = 1;
+  int64_t col_begin = 0;
+  int64_t cols = 1;
+  std::vector<std::pair<int64_t, int64_t>> row_ranges;
+};
+
 struct InitSpec {
   InitKind kind = InitKind::kZeros;
-  int64_t fan_in = 1;
+  int64_t fan_in = 1;   // of the full parameter when `shard` is set
   int64_t fan_out = 1;
   double std = 1.0;  // kNormal only
+  std::shared_ptr<const InitShard> shard = nullptr;  // null: the whole parameter
 };
 
 // Fills `t` (float32) as `spec` says, drawing from CounterRng(seed, kInit, param_index).
