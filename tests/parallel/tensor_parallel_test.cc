@@ -221,21 +221,30 @@ TEST(TensorParallel, PackedQkvKeepsEachRanksHeadsOfQueriesKeysAndValues) {
   for (int tp : {1, 2, 4}) EXPECT_EQ(check_layout(Layout::kQkv, tp), "") << "tp " << tp;
 }
 
-TEST(TensorParallel, SizesThatDoNotSplitEvenlyAreConfigErrorsNamingTheLayer) {
+// Features need not divide (the first ranks take one more); attention's
+// packed blocks must, and a rank left with nothing is an error too.
+TEST(TensorParallel, UnevenFeaturesSplitBalancedAndHeadBlocksMustDivide) {
+  EXPECT_EQ(balanced_part(7, 2, 0), (std::pair<int64_t, int64_t>{0, 4}));
+  EXPECT_EQ(balanced_part(7, 2, 1), (std::pair<int64_t, int64_t>{4, 7}));
+  EXPECT_EQ(balanced_part(13, 4, 3), (std::pair<int64_t, int64_t>{10, 13}));
   ::gradmesh::testing::TempDir dir;
   auto store = std::make_shared<comm::FileStore>(dir.path());
   const auto errors = comm::testing::run_rank_threads(2, [&](int rank) {
     auto group = comm::make_shm_process_group(store, rank, 2, comm::Millis(20'000));
+    EXPECT_EQ(ColumnParallelLinear(4, 7, group).weight().shape, (Shape{rank == 0 ? 4 : 3, 4}));
+    EXPECT_EQ(RowParallelLinear(5, 3, group).weight().shape, (Shape{3, rank == 0 ? 3 : 2}));
     try {
-      ColumnParallelLinear bad(4, 7, group);
-      ADD_FAILURE() << "7 outputs split over 2 ranks";
+      ColumnParallelLinear bad(4, 9, group, true, nn::InitKind::kPytorchDefault, /*row_blocks=*/3);
+      ADD_FAILURE() << "blocks of 3 split over 2 ranks";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-      EXPECT_NE(std::string(e.what()).find("ColumnParallelLinear out_features: 7 does not split into 2"),
+      EXPECT_NE(std::string(e.what()).find("ColumnParallelLinear out_features: 3 does not split into 2"),
                 std::string::npos)
           << e.what();
     }
-    EXPECT_THROW(RowParallelLinear(5, 3, group), Error);
+    if (rank == 1) {
+      EXPECT_THROW(RowParallelLinear(1, 3, group), Error);  // one input feature leaves rank 1 none
+    }
   });
   EXPECT_EQ(comm::testing::join_errors(errors), "");
 }

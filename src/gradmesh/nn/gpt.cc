@@ -30,12 +30,30 @@ Variable linear_on_tokens(Linear& layer, const Variable& x) {
   return autograd::reshape(y, {s[0], s[1], layer.out_features()});
 }
 
+// The same through a whole Linear or a split one (which takes [..., in] as it is).
+Variable on_tokens(Module& layer, const Variable& x) {
+  if (auto* linear = dynamic_cast<Linear*>(&layer)) return linear_on_tokens(*linear, x);
+  return layer.forward(x);
+}
+
+Variable embedding_table(Module& wte, TensorSplit* split) {
+  return split ? split->embedding_table(wte) : static_cast<Embedding&>(wte).weight().var;
+}
+
 }  // namespace
 
-// A part of a block: its Linears are created with nanoGPT's init.
+// A part of a block: its Linears are created with nanoGPT's init, whole or
+// split by the model's TensorSplit (column-parallel into, row-parallel out of
+// the part, so the part costs one all-reduce each way).
 class GptPart : public Module {
  protected:
-  Linear& add_linear(const std::string& name, int64_t in, int64_t out, double std) {
+  explicit GptPart(TensorSplit* split) : split_(split) {}
+  Module& add_linear(const std::string& name, int64_t in, int64_t out, double std, bool row_parallel,
+                     int row_blocks = 1) {
+    const InitSpec weight{InitKind::kNormal, in, out, std}, bias{InitKind::kZeros, in, out};
+    if (split_ != nullptr)
+      return add_child(name, row_parallel ? split_->row_linear(in, out, true, weight, bias)
+                                          : split_->column_linear(in, out, true, row_blocks, weight, bias));
     auto layer = std::make_unique<Linear>(in, out);
     Linear& ref = *layer;
     add_child(name, std::move(layer));
@@ -47,54 +65,58 @@ class GptPart : public Module {
     add_child(name, std::move(drop));
     return raw;
   }
+  TensorSplit* split_;
 };
 
 class GptAttention : public GptPart {
  public:
   GptAttention(const GptSpec& spec, double proj_std)
-      : n_head_(spec.n_head),
-        c_attn_(add_linear("c_attn", spec.n_embd, 3 * spec.n_embd, kInitStd)),
-        c_proj_(add_linear("c_proj", spec.n_embd, spec.n_embd, proj_std)),
+      : GptPart(spec.split.get()),
+        n_head_(spec.n_head / (spec.split ? spec.split->degree() : 1)),
+        c_attn_(add_linear("c_attn", spec.n_embd, 3 * spec.n_embd, kInitStd, false, /*row_blocks=*/3)),
+        c_proj_(add_linear("c_proj", spec.n_embd, spec.n_embd, proj_std, true)),
         resid_dropout_(add_dropout("resid_dropout", spec.dropout)) {}
-  // x [B, T, C] -> [B, T, C]
+  // x [B, T, C] -> [B, T, C]; split: this rank's heads only, between the two all-reduces.
   Variable forward(const Variable& x) override {
-    Variable y = autograd::causal_self_attention(linear_on_tokens(c_attn_, x), n_head_);
-    return resid_dropout_->forward(linear_on_tokens(c_proj_, y));
+    Variable y = autograd::causal_self_attention(on_tokens(c_attn_, x), n_head_);
+    return resid_dropout_->forward(on_tokens(c_proj_, y));
   }
   // x [1, 1, C] at position `pos`: appends its key and value to the caches.
   Variable decode(const Variable& x, Tensor& keys, Tensor& values, int64_t pos) {
+    GRADMESH_CHECK(split_ == nullptr, "key/value-cached decoding of a tensor-parallel GPT");
     const int64_t c = x.shape()[2];
-    const Tensor qkv = linear_on_tokens(c_attn_, x).value();
+    const Tensor qkv = on_tokens(c_attn_, x).value();
     std::memcpy(keys.data() + pos * c, qkv.data() + c, static_cast<size_t>(c) * sizeof(float));
     std::memcpy(values.data() + pos * c, qkv.data() + 2 * c, static_cast<size_t>(c) * sizeof(float));
     Tensor y = Tensor::empty({1, 1, c});
     kernels::attention_decode(qkv.data(), keys.data(), values.data(), pos + 1, n_head_, c / n_head_, y.data());
-    return linear_on_tokens(c_proj_, Variable(y));
+    return on_tokens(c_proj_, Variable(y));
   }
   std::string describe() const override { return "CausalSelfAttention(n_head=" + std::to_string(n_head_) + ")"; }
 
  private:
-  int64_t n_head_;
-  Linear& c_attn_;
-  Linear& c_proj_;
+  int64_t n_head_;  // on this rank
+  Module& c_attn_;
+  Module& c_proj_;
   Dropout* resid_dropout_;
 };
 
 class GptMlp : public GptPart {
  public:
   GptMlp(const GptSpec& spec, double proj_std)
-      : c_fc_(add_linear("c_fc", spec.n_embd, 4 * spec.n_embd, kInitStd)),
-        c_proj_(add_linear("c_proj", 4 * spec.n_embd, spec.n_embd, proj_std)),
+      : GptPart(spec.split.get()),
+        c_fc_(add_linear("c_fc", spec.n_embd, 4 * spec.n_embd, kInitStd, false)),
+        c_proj_(add_linear("c_proj", 4 * spec.n_embd, spec.n_embd, proj_std, true)),
         dropout_(add_dropout("dropout", spec.dropout)) {}
   Variable forward(const Variable& x) override {
-    Variable h = autograd::activation(linear_on_tokens(c_fc_, x), Activation::kGelu);
-    return dropout_->forward(linear_on_tokens(c_proj_, h));
+    Variable h = autograd::activation(on_tokens(c_fc_, x), Activation::kGelu);
+    return dropout_->forward(on_tokens(c_proj_, h));
   }
   std::string describe() const override { return "MLP(GELU)"; }
 
  private:
-  Linear& c_fc_;
-  Linear& c_proj_;
+  Module& c_fc_;
+  Module& c_proj_;
   Dropout* dropout_;
 };
 
@@ -151,6 +173,14 @@ void check_gpt_spec(const GptSpec& s) {
     throw_error(ErrorKind::kConfig, "model.n_embd",
                 std::to_string(s.n_embd) + " is not divisible by model.n_head = " + std::to_string(s.n_head) +
                     ": every head takes n_embd / n_head columns");
+  if (s.split && s.n_head % s.split->degree() != 0)
+    throw_error(ErrorKind::kConfig, "model.n_head",
+                std::to_string(s.n_head) + " heads do not divide among " + std::to_string(s.split->degree()) +
+                    " tensor-parallel ranks (parallel.mesh.tp): every rank takes whole heads");
+  if (s.split && s.vocab_size < s.split->degree())
+    throw_error(ErrorKind::kConfig, "model.vocab_size",
+                std::to_string(s.vocab_size) + " is smaller than the " + std::to_string(s.split->degree()) +
+                    " tensor-parallel ranks that split it");
   if (!(s.dropout >= 0.0f && s.dropout < 1.0f))
     throw_error(ErrorKind::kConfig, "model.dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
 }
@@ -161,9 +191,16 @@ Gpt::Gpt(const GptSpec& spec) : spec_(spec) {
   // does not grow with depth (GPT-2; nanoGPT's c_proj init).
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(spec.n_layer));
   auto transformer = std::make_unique<ModuleDict>();
-  wte_ = &transformer->add("wte", std::make_unique<Embedding>(spec.vocab_size, spec.n_embd));
+  split_ = spec.split.get();
+  if (split_ != nullptr) {
+    wte_ = &transformer->add("wte", split_->vocab_embedding(spec.vocab_size, spec.n_embd,
+                                                           {InitKind::kNormal, spec.vocab_size, spec.n_embd, kInitStd}));
+  } else {
+    auto wte = std::make_unique<Embedding>(spec.vocab_size, spec.n_embd);
+    wte->weight().init.std = kInitStd;
+    wte_ = &transformer->add("wte", std::move(wte));
+  }
   wpe_ = &transformer->add("wpe", std::make_unique<Embedding>(spec.block_size, spec.n_embd));
-  wte_->weight().init.std = kInitStd;
   wpe_->weight().init.std = kInitStd;
   dropouts_.push_back(&transformer->add("drop", std::make_unique<Dropout>(spec.dropout)));
   auto blocks = std::make_unique<ModuleList>();
@@ -176,11 +213,14 @@ Gpt::Gpt(const GptSpec& spec) : spec_(spec) {
   ln_f_ = &transformer->add("ln_f", std::make_unique<LayerNorm>(spec.n_embd));
   add_child("transformer", std::move(transformer));
   lm_head_ = nullptr;
-  if (!spec.tie_weights) {
+  if (!spec.tie_weights && split_ != nullptr) {
+    lm_head_ = &add_child("lm_head", split_->column_linear(spec.n_embd, spec.vocab_size, false, 1,
+                                                            {InitKind::kNormal, spec.n_embd, spec.vocab_size, kInitStd},
+                                                            {}));
+  } else if (!spec.tie_weights) {
     auto head = std::make_unique<Linear>(spec.n_embd, spec.vocab_size, /*bias=*/false);
-    lm_head_ = head.get();
     init_linear(*head, kInitStd);
-    add_child("lm_head", std::move(head));
+    lm_head_ = &add_child("lm_head", std::move(head));
   }
 }
 
@@ -198,14 +238,17 @@ Variable Gpt::forward(const Variable& ids) {
     positions[i] = i % t;
   }
   Variable x = run_unit(0, ids, [&](const Variable&) {
-    Variable e = autograd::add(wte_->lookup(tokens), wpe_->lookup(positions));
+    Variable e = autograd::add(split_ ? split_->lookup(*wte_, tokens) : static_cast<Embedding*>(wte_)->lookup(tokens),
+                               wpe_->lookup(positions));
     return dropouts_[0]->forward(autograd::reshape(e, {batch, t, spec_.n_embd}));
   });
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = run_unit(static_cast<int>(i) + 1, x, [&](const Variable& in) { return blocks_[i]->forward(in); });
   return run_unit(static_cast<int>(blocks_.size()) + 1, x, [&](const Variable& in) {
     Variable h = autograd::reshape(ln_f_->forward(in), {n, spec_.n_embd});
-    return lm_head_ ? lm_head_->forward(h) : autograd::linear(h, wte_->weight().var, Variable());
+    if (lm_head_) return lm_head_->forward(h);
+    // Tied and split: this rank's rows of the vocabulary; h's gradient is summed over the group.
+    return autograd::linear(split_ ? split_->copy_to_group(h) : h, embedding_table(*wte_, split_), Variable());
   });
 }
 
@@ -217,10 +260,12 @@ std::vector<std::vector<Parameter*>> Gpt::parameter_units() {
     for (auto& [name, p] : named) out.push_back(p);
     return out;
   };
-  std::vector<std::vector<Parameter*>> units{{&wte_->weight(), &wpe_->weight()}};
+  std::vector<Parameter*> embeddings = params_of(*wte_);
+  embeddings.push_back(&wpe_->weight());
+  std::vector<std::vector<Parameter*>> units{embeddings};
   for (GptBlock* block : blocks_) units.push_back(params_of(*block));
   std::vector<Parameter*> head = params_of(*ln_f_);
-  head.push_back(lm_head_ ? &lm_head_->weight() : &wte_->weight());
+  for (Parameter* p : params_of(lm_head_ ? *lm_head_ : *wte_)) head.push_back(p);
   units.push_back(head);
   return units;
 }
@@ -240,18 +285,29 @@ KvCache Gpt::new_cache() const {
   return cache;
 }
 
+Variable Gpt::loss(const Variable& output, const std::vector<int32_t>& labels, float denominator) {
+  return split_ ? split_->cross_entropy(output, labels, denominator) : Module::loss(output, labels, denominator);
+}
+
+void Gpt::predict(const Variable& output, int32_t* classes) {
+  if (split_) split_->argmax_rows(output, classes);
+  else Module::predict(output, classes);
+}
+
 Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
+  if (split_ != nullptr)
+    throw_error(ErrorKind::kUsage, "GPT generation", "a tensor-parallel GPT generates through gradmesh serve");
   if (cache.length >= spec_.block_size)
     throw_error(ErrorKind::kUsage, "GPT generation",
                 "the cache holds " + std::to_string(cache.length) + " positions, the whole context (block_size = " +
                     std::to_string(spec_.block_size) + ")");
   autograd::NoGradGuard no_grad;
   const int64_t pos = cache.length;
-  Variable x = autograd::add(wte_->lookup({token}), wpe_->lookup({pos}));
+  Variable x = autograd::add(static_cast<Embedding*>(wte_)->lookup({token}), wpe_->lookup({pos}));
   x = autograd::reshape(x, {1, 1, spec_.n_embd});
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->decode(x, cache.keys[i], cache.values[i], pos);
   x = autograd::reshape(ln_f_->forward(x), {1, spec_.n_embd});
-  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, wte_->weight().var, Variable());
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, embedding_table(*wte_, nullptr), Variable());
   ++cache.length;
   return logits.value().view({spec_.vocab_size});
 }

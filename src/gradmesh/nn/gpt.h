@@ -13,6 +13,10 @@
 //   lm_head           Linear(n_embd, vocab_size, no bias); with tie_weights
 //                     it is transformer.wte's matrix and has no entry of its own
 //
+// With GptSpec::split (tensor parallelism, Megatron's layout) c_attn and c_fc
+// are column-parallel, both c_proj row-parallel, wte and lm_head split by
+// vocabulary rows; names and parameter order stay as above.
+//
 // Initialisation as nanoGPT's: weights N(0, 0.02), each residual projection
 // (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1 and 0. Dropout
 // (when > 0) follows the embeddings and each residual branch; attention
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "gradmesh/nn/layers.h"
+#include "gradmesh/nn/tensor_split.h"
 
 namespace gradmesh::nn {
 
@@ -41,6 +46,11 @@ struct GptSpec {
   // input and recomputes its activations during backward
   // (autograd/checkpoint.h): less memory, one more block forward per step.
   bool recompute = false;
+  // Tensor parallelism (nn/tensor_split.h): attention heads, the MLP's hidden
+  // features and the vocabulary divided among the group's ranks; the logits
+  // stay split ([B * T, this rank's part of the vocabulary]) and loss() and
+  // predict() work on them without gathering. Null: the whole model.
+  std::shared_ptr<TensorSplit> split = nullptr;
 };
 
 // Throws Error(kConfig) naming the key when a GptSpec cannot be built
@@ -66,6 +76,9 @@ class Gpt : public Module {
   // Units (ZeRO stage 3 gathers one at a time): the two embeddings, each
   // block, and the head (ln_f with lm_head, or with wte when tied).
   std::vector<std::vector<Parameter*>> parameter_units() override;
+  // Split: the vocabulary-parallel cross-entropy and argmax.
+  Variable loss(const Variable& output, const std::vector<int32_t>& labels, float denominator) override;
+  void predict(const Variable& output, int32_t* classes) override;
 
   // Generation (no tape): an empty cache for this model.
   KvCache new_cache() const;
@@ -75,11 +88,12 @@ class Gpt : public Module {
 
  private:
   GptSpec spec_;
-  Embedding* wte_;
+  TensorSplit* split_ = nullptr;
+  Module* wte_;  // an Embedding, or split_'s vocab_embedding
   Embedding* wpe_;
   std::vector<GptBlock*> blocks_;
   LayerNorm* ln_f_;
-  Linear* lm_head_;  // null when tied
+  Module* lm_head_;  // null when tied; a Linear or split_'s column_linear
   std::vector<Dropout*> dropouts_;
 };
 

@@ -1,6 +1,8 @@
 #include "gradmesh/nn/module.h"
 
+#include "gradmesh/autograd/ops.h"
 #include "gradmesh/autograd/tape.h"
+#include "gradmesh/kernels/loss.h"
 
 namespace gradmesh::nn {
 
@@ -37,6 +39,14 @@ void Module::collect_modules(std::vector<Module*>& out) {
 void Module::set_training(bool training) {
   training_ = training;
   for (auto& [name, child] : children_) child->set_training(training);
+}
+
+Variable Module::loss(const Variable& output, const std::vector<int32_t>& labels, float denominator) {
+  return autograd::cross_entropy(output, labels, denominator);
+}
+
+void Module::predict(const Variable& output, int32_t* classes) {
+  kernels::argmax_rows(output.value().data(), output.shape()[0], output.shape()[1], classes);
 }
 
 Parameter& Module::add_parameter(const std::string& name, const Shape& shape, const InitSpec& init) {

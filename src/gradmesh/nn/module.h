@@ -77,6 +77,13 @@ class Module {
   // parameters, and nn::Model runs it whole as one unit.
   virtual std::vector<std::vector<Parameter*>> parameter_units() { return {}; }
 
+  // The loss of this module's output against `labels` (summed over rows and
+  // divided by `denominator`, 0 = the row count) and each row's predicted
+  // class: cross-entropy and argmax over the output's columns. A model whose
+  // output is split across ranks (a tensor-parallel vocabulary) overrides both.
+  virtual Variable loss(const Variable& output, const std::vector<int32_t>& labels, float denominator);
+  virtual void predict(const Variable& output, int32_t* classes);
+
  protected:
   Parameter& add_parameter(const std::string& name, const Shape& shape, const InitSpec& init);
   Module& add_child(const std::string& name, std::unique_ptr<Module> child);

@@ -35,10 +35,10 @@ EvalResult evaluate_rows(nn::Model& model, const data::SampleSource& source, int
     labels.resize(static_cast<size_t>(n * targets));
     for (int64_t i = 0; i < n; ++i) source.fill(0, lo + i, x.data() + i * sample, labels.data() + i * targets);
     autograd::Variable logits = model.forward(autograd::Variable(x));
-    loss_sum += autograd::cross_entropy(logits, labels, 1.0f).value().item();  // denominator 1: the sum
+    loss_sum += model.root().loss(logits, labels, 1.0f).value().item();  // denominator 1: the sum
     const int64_t rows = logits.shape()[0];
     predicted.resize(static_cast<size_t>(rows));
-    kernels::argmax_rows(logits.value().data(), rows, logits.shape()[1], predicted.data());
+    model.root().predict(logits, predicted.data());
     for (int64_t i = 0; i < rows; ++i) correct += predicted[i] == labels[i];
   }
   model.set_training(true);

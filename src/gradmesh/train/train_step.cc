@@ -123,7 +123,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     nn::forward_context().first_sample = batch.offset_in_batch + lo;
     autograd::Variable x(batch.images.slice_flat(lo * sample, shape));
     const std::vector<int32_t> labels(batch.labels.begin() + lo * targets, batch.labels.begin() + hi * targets);
-    autograd::Variable out = autograd::cross_entropy(model_.forward(x), labels, denominator);
+    autograd::Variable out = model_.root().loss(model_.forward(x), labels, denominator);
     loss += out.value().item();
     // The step's loss is complete before the backward that launches buckets.
     if (i + 1 == parts.size()) set_step_loss(loss);
