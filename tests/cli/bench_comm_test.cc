@@ -70,5 +70,37 @@ TEST(BenchComm, ShmRowsHaveNoAlgorithm) {
   }
 }
 
+// Point to point: ranks 0 and 1 ping-pong; one row per size, bandwidth = bytes / one-way time.
+TEST(BenchComm, PointToPointSweepOnEveryLocalBackend) {
+  for (const std::string backend : {"shm", "gloo"}) {
+    TempDir dir;
+    const std::string self = "'" GRADMESH_BINARY "'";
+    const auto result = run_gradmesh("launch --nproc-per-node 2 -- " + self + " bench comm --op p2p --backend " +
+                                         backend + " --json --min-bytes 4 --max-bytes 4096 --iters 5",
+                                     dir.path());
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    const std::vector<nlohmann::json> rows = rank0_rows(result.out);
+    ASSERT_EQ(rows.size(), 6u) << backend;  // 4 B to 4 KB in steps of 4x
+    int64_t bytes = 4;
+    for (const nlohmann::json& row : rows) {
+      EXPECT_EQ(row.at("op"), "p2p");
+      EXPECT_EQ(row.at("backend"), backend);
+      EXPECT_EQ(row.at("bytes"), bytes);
+      EXPECT_GT(row.at("time_us").get<double>(), 0.0);
+      EXPECT_NEAR(row.at("algbw_gbps").get<double>(), bytes / (row.at("time_us").get<double>() * 1e3),
+                  1e-6 * row.at("algbw_gbps").get<double>() + 1e-9);
+      bytes *= 4;
+    }
+  }
+}
+
+TEST(BenchComm, PointToPointNeedsTwoRanks) {
+  TempDir dir;
+  const std::string self = "'" GRADMESH_BINARY "'";
+  const auto result = run_gradmesh("launch --nproc-per-node 1 -- " + self + " bench comm --op p2p --backend shm", dir.path());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("needs at least 2 ranks"), std::string::npos) << result.err;
+}
+
 }  // namespace
 }  // namespace gradmesh

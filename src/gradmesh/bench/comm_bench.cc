@@ -1,5 +1,7 @@
 #include "gradmesh/bench/comm_bench.h"
 
+#include "gradmesh/core/error.h"
+
 #include <dirent.h>
 #include <sched.h>
 
@@ -76,14 +78,59 @@ std::vector<CommBenchRow> bench_allreduce(comm::ProcessGroup& group, const CommB
   return rows;
 }
 
+std::vector<CommBenchRow> bench_p2p(comm::ProcessGroup& group, const CommBenchOptions& options) {
+  if (group.size() < 2) throw_error(ErrorKind::kUsage, "bench comm --op p2p", "needs at least 2 ranks");
+  std::vector<CommBenchRow> rows;
+  const int rank = group.rank();
+  Tensor slowest = Tensor::empty({1});
+  comm::AllreduceOptions max_op;
+  max_op.op = comm::ReduceOp::kMax;
+  const bool bound = options.bind_shm_ranks && group.backend() == "shm" && bind_to_core(rank, group.size());
+  group.barrier()->wait();
+  for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+    Tensor t = Tensor::full({std::max<int64_t>(1, bytes / 4)}, 1.0f);
+    const int iters = options.iters > 0 ? options.iters : (bytes < (1 << 20) ? 200 : 20);
+    auto round_trips = [&](int n) {
+      for (int i = 0; i < n; ++i) {
+        if (rank == 0) {
+          group.send(t, 1, i)->wait_or_throw();
+          group.recv(t, 1, i)->wait_or_throw();
+        } else if (rank == 1) {
+          group.recv(t, 0, i)->wait_or_throw();
+          group.send(t, 0, i)->wait_or_throw();
+        }
+      }
+    };
+    round_trips(options.warmup);
+    group.barrier()->wait();
+    const double start = now_seconds();
+    round_trips(iters);
+    slowest.data()[0] = rank <= 1 ? static_cast<float>((now_seconds() - start) / iters / 2) : 0.0f;
+    group.allreduce(slowest, max_op)->wait();
+    const double seconds = slowest.data()[0];
+    const double bw = static_cast<double>(t.nbytes()) / seconds / 1e9;
+    CommBenchRow row{static_cast<int64_t>(t.nbytes()), seconds, bw, bw, bound, ""};
+    row.op = "p2p";
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 std::string format_comm_table(const std::vector<CommBenchRow>& rows, const std::string& backend, int world) {
-  std::string out = "# allreduce, backend " + backend + ", " + std::to_string(world) + " ranks, float32 sum" +
-                    (!rows.empty() && rows.front().bound ? ", each rank bound to one core" : "") + "\n";
-  out += "#        bytes      time(us)   algbw(GB/s)   busbw(GB/s)\n";
+  const bool p2p = !rows.empty() && rows.front().op == "p2p";
+  std::string out = p2p ? "# p2p ping-pong between ranks 0 and 1, backend " + backend + ", " + std::to_string(world) +
+                              " ranks, time = half the round trip"
+                        : "# allreduce, backend " + backend + ", " + std::to_string(world) + " ranks, float32 sum";
+  out += std::string(!rows.empty() && rows.front().bound ? ", each rank bound to one core" : "") + "\n";
+  out += p2p ? "#        bytes      time(us)  bandwidth(GB/s)\n" : "#        bytes      time(us)   algbw(GB/s)   busbw(GB/s)\n";
   char line[128];
   for (const CommBenchRow& r : rows) {
-    std::snprintf(line, sizeof line, "%14lld %13.1f %13.3f %13.3f\n", static_cast<long long>(r.bytes), r.seconds * 1e6,
-                  r.algbw_gbps, r.busbw_gbps);
+    if (p2p)
+      std::snprintf(line, sizeof line, "%14lld %13.1f %16.3f\n", static_cast<long long>(r.bytes), r.seconds * 1e6,
+                    r.algbw_gbps);
+    else
+      std::snprintf(line, sizeof line, "%14lld %13.1f %13.3f %13.3f\n", static_cast<long long>(r.bytes),
+                    r.seconds * 1e6, r.algbw_gbps, r.busbw_gbps);
     out += line;
   }
   return out;
@@ -93,7 +140,7 @@ std::string format_comm_json(const std::vector<CommBenchRow>& rows, const std::s
   std::string out;
   for (const CommBenchRow& r : rows) {
     obs::JsonObject line;
-    line.add("op", "allreduce").add("backend", backend).add("ranks", world).add("bytes", r.bytes)
+    line.add("op", r.op).add("backend", backend).add("ranks", world).add("bytes", r.bytes)
         .add("time_us", r.seconds * 1e6).add("algbw_gbps", r.algbw_gbps).add("busbw_gbps", r.busbw_gbps)
         .add("bound", r.bound);
     if (!r.algorithm.empty()) line.add("algorithm", r.algorithm);

@@ -176,7 +176,8 @@ int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {
   return 0;
 }
 
-int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_bytes, int iters, bool json) {
+int run_bench_comm(const std::string& backend, const std::string& op, int64_t min_bytes, int64_t max_bytes, int iters,
+                   bool json) {
   if (!comm::launched_as_worker())
     throw_error(ErrorKind::kUsage, "bench comm",
                 "runs inside a launched job: gradmesh launch --nproc-per-node 2 -- gradmesh bench comm --backend " +
@@ -188,7 +189,8 @@ int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_by
   bench_options.min_bytes = min_bytes;
   bench_options.max_bytes = max_bytes;
   bench_options.iters = iters;
-  const std::vector<bench::CommBenchRow> rows = bench::bench_allreduce(*group, bench_options);
+  const std::vector<bench::CommBenchRow> rows =
+      op == "p2p" ? bench::bench_p2p(*group, bench_options) : bench::bench_allreduce(*group, bench_options);
   if (group->rank() == 0) {
     const std::string text = json ? bench::format_comm_json(rows, group->backend(), group->size())
                                   : bench::format_comm_table(rows, group->backend(), group->size());

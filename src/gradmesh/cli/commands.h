@@ -24,7 +24,8 @@ int run_export(const std::string& checkpoint, const std::string& output, bool wi
 int run_env_docs();
 int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
 // A worker of a launched job (gradmesh launch --nproc-per-node N -- gradmesh bench comm).
-int run_bench_comm(const std::string& backend, int64_t min_bytes, int64_t max_bytes, int iters, bool json);
+int run_bench_comm(const std::string& backend, const std::string& op, int64_t min_bytes, int64_t max_bytes, int iters,
+                   bool json);
 int run_config_docs();
 
 // `gradmesh data prepare-text`: tokenises the inputs (default

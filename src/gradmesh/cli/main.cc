@@ -81,12 +81,14 @@ int main(int argc, char** argv) {
   bench_gemm->add_option("--repeats", gemm_repeats, "Timed multiplies (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   bench_gemm->add_flag("--json", gemm_json, "One JSON object instead of a sentence");
   CLI::App* bench_comm = bench->add_subcommand(
-      "comm", "All-reduce time, algbw and busbw from 4 KB to 64 MB (run under gradmesh launch)");
-  std::string comm_backend = "auto";
+      "comm", "All-reduce (or point-to-point) time and bandwidth from 4 KB to 64 MB (run under gradmesh launch)");
+  std::string comm_backend = "auto", comm_op = "allreduce";
   int64_t comm_min = 4 << 10, comm_max = 64 << 20;
   int comm_iters = 0;
   bool comm_json = false;
   bench_comm->add_option("--backend", comm_backend, "shm, gloo, hier, mpi or auto")->capture_default_str();
+  bench_comm->add_option("--op", comm_op, "allreduce, or p2p: ping-pong between ranks 0 and 1")
+      ->capture_default_str()->check(CLI::IsMember({"allreduce", "p2p"}));
   bench_comm->add_option("--min-bytes", comm_min, "Smallest message")->capture_default_str()->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   bench_comm->add_option("--max-bytes", comm_max, "Largest message (sizes step by 4x)")->capture_default_str()->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   bench_comm->add_option("--iters", comm_iters, "Timed all-reduces per size (0: by size)")->capture_default_str()->check(CLI::Range(0, 1000000));
@@ -141,7 +143,7 @@ int main(int argc, char** argv) {
     if (*eval) return gradmesh::cli::run_eval(config_path, overrides, weights, eval_logits);
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
     if (*export_cmd) return gradmesh::cli::run_export(export_path, export_output, export_optimizer);
-    if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_min, comm_max, comm_iters, comm_json);
+    if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_op, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
     if (*generate) return gradmesh::cli::run_generate(gen);
