@@ -15,7 +15,9 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/optim/clip.h"
 #include "gradmesh/parallel/tensor_parallel.h"
+#include "gradmesh/parallel/whole_model_view.h"
 #include "support/temp_dir.h"
 
 namespace gradmesh::parallel {
@@ -39,13 +41,14 @@ nn::GptSpec spec(bool tied) {
 
 struct Pass {
   float loss = 0;
+  double grad_norm = 0;  // over the whole model (split: through WholeModelView)
   std::vector<std::vector<float>> params, grads;
   std::vector<std::shared_ptr<const nn::InitShard>> shards;  // per parameter: its piece of the whole (null: whole)
   std::vector<int32_t> predicted;
   int64_t logits_columns = 0;
 };
 
-Pass run(const nn::GptSpec& s) {
+Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = nullptr) {
   autograd::current_tape().clear();
   nn::Model model(nn::build_gpt(s), 11);
   Tensor ids = Tensor::empty({kBatch, kSeq});
@@ -60,6 +63,9 @@ Pass run(const nn::GptSpec& s) {
   model.backward(loss);
   Pass p;
   p.loss = loss.value().item();
+  // The norm a clip would use (max_norm far above it: nothing is scaled).
+  p.grad_norm = tp ? WholeModelView(model, tp).clip_grad_norm(1e30f)
+                   : optim::grad_norm(model.flat_grads().data(), model.num_parameters());
   p.logits_columns = logits.shape()[1];
   p.predicted.resize(labels.size());
   model.root().predict(logits, p.predicted.data());
@@ -100,10 +106,13 @@ std::string check_split_gpt(bool tied, int tp) {
     auto group = comm::make_shm_process_group(store, rank, tp, comm::Millis(20'000));
     nn::GptSpec s = spec(tied);
     s.split = std::make_shared<GroupTensorSplit>(group);
-    const Pass split = run(s);
+    const Pass split = run(s, group);
+    if (std::fabs(split.grad_norm - whole.grad_norm) > kTolerance * whole.grad_norm)
+      failures[static_cast<size_t>(rank)] += "gradient norm " + std::to_string(split.grad_norm) + " vs " +
+                                             std::to_string(whole.grad_norm) + "\n";
     std::string& f = failures[static_cast<size_t>(rank)];
     if (split.params.size() != whole.params.size()) {
-      f = "the split model has " + std::to_string(split.params.size()) + " parameters, the whole one " +
+      f += "the split model has " + std::to_string(split.params.size()) + " parameters, the whole one " +
           std::to_string(whole.params.size());
       return;
     }

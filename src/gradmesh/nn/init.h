@@ -35,11 +35,18 @@ InitKind parse_weight_init(const std::string& name);
 // Initialised through it, the piece holds exactly the values the full
 // parameter would hold there, so a split model starts as the whole one.
 struct InitShard {
+  Shape full_shape;  // the whole parameter's
   int64_t full_cols = 1;
   int64_t col_begin = 0;
   int64_t cols = 1;
   std::vector<std::pair<int64_t, int64_t>> row_ranges;
 };
+
+// The piece `shard` describes, copied out of the whole tensor (float32).
+// REQUIRES: whole has shard.full_shape.
+Tensor take_piece(const Tensor& whole, const InitShard& shard);
+// The opposite: writes `piece` into its place in `whole`.
+void put_piece(const Tensor& piece, const InitShard& shard, Tensor& whole);
 
 struct InitSpec {
   InitKind kind = InitKind::kZeros;

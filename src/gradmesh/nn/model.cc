@@ -106,16 +106,21 @@ std::vector<std::pair<std::string, Tensor>> Model::named_parameters() const {
 void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source) {
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) by_name[name] = &t;
+  std::vector<const Tensor*> found(params_.size(), nullptr);
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParameterInfo& info = info_[i];
     auto it = by_name.find(info.name);
     if (it == by_name.end())
       throw_error(ErrorKind::kFormat, source, "missing tensor '" + info.name + "' " + shape_str(info.shape) +
                                                   " that the model needs");
-    if (it->second->shape() != info.shape)
+    // A split parameter (tensor parallelism) takes its piece of the whole tensor.
+    const InitShard* shard = params_[i]->init.shard.get();
+    const Shape expected = shard ? shard->full_shape : info.shape;
+    if (it->second->shape() != expected)
       throw_error(ErrorKind::kFormat, source, "tensor '" + info.name + "' has shape " +
                                                   shape_str(it->second->shape()) + ", the model expects " +
-                                                  shape_str(info.shape));
+                                                  shape_str(expected));
+    found[i] = it->second;
     by_name.erase(it);
   }
   if (!by_name.empty())
@@ -123,12 +128,10 @@ void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& t
                 "tensor '" + by_name.begin()->first + "' is not a parameter of this model (" +
                     std::to_string(by_name.size()) + " unexpected tensor(s); check model.kind and layer sizes)");
   // Copy only after every check passed, so a bad file never leaves half-loaded weights.
-  for (const auto& [name, t] : tensors) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (info_[i].name != name) continue;
-      Tensor& dst = params_[i]->var.value();
-      dst.copy_from(t.dtype() == DType::kF32 ? t : t.to(DType::kF32));
-    }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor whole = found[i]->dtype() == DType::kF32 ? *found[i] : found[i]->to(DType::kF32);
+    const InitShard* shard = params_[i]->init.shard.get();
+    params_[i]->var.value().copy_from(shard ? take_piece(whole, *shard) : whole);
   }
 }
 

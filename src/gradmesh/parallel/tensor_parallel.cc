@@ -138,6 +138,8 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
   const int64_t block = out_ / row_blocks;
   auto w = std::make_shared<nn::InitShard>();
   auto b = std::make_shared<nn::InitShard>();
+  w->full_shape = {out_, in_};
+  b->full_shape = {out_};
   w->full_cols = w->cols = in_;
   local_out_ = 0;
   for (int i = 0; i < row_blocks; ++i) {
@@ -186,6 +188,7 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features,
                 std::to_string(in_) + " input features leave tensor-parallel rank " +
                     std::to_string(group_->rank()) + " of " + std::to_string(group_->size()) + " none");
   auto w = std::make_shared<nn::InitShard>();
+  w->full_shape = {out_, in_};
   w->full_cols = in_;
   w->col_begin = begin;
   w->cols = local_in_;
@@ -303,6 +306,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t rows, int64_t dim, std::s
                 std::to_string(rows_) + " rows leave tensor-parallel rank " + std::to_string(group_->rank()) +
                     " of " + std::to_string(group_->size()) + " none");
   auto shard = std::make_shared<nn::InitShard>();
+  shard->full_shape = {rows_, dim_};
   shard->full_cols = shard->cols = dim_;
   shard->row_ranges = {{begin_, end_}};
   nn::InitSpec spec = init;

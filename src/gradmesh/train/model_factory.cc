@@ -139,12 +139,17 @@ int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) 
 }
 
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
-                                      nn::ParameterInit values) {
+                                      nn::ParameterInit values, std::shared_ptr<nn::TensorSplit> split) {
+  if (split && config.kind != "gpt")
+    throw_error(ErrorKind::kConfig, "model.kind", "only the GPT splits its layers for tensor parallelism, got \"" +
+                                                      config.kind + "\"");
   count_parameters(config, input);
   const nn::InitKind init = nn::parse_weight_init(config.init);
   std::unique_ptr<nn::Module> root;
   if (config.kind == "gpt") {
-    root = nn::build_gpt(gpt_spec(config, input));
+    nn::GptSpec spec = gpt_spec(config, input);
+    spec.split = std::move(split);
+    root = nn::build_gpt(spec);
   } else if (config.kind == "mlp") {
     nn::MlpSpec spec;
     spec.in_features = input.channels * input.height * input.width;

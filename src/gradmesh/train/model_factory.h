@@ -6,6 +6,7 @@
 
 #include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/nn/tensor_split.h"
 #include "gradmesh/train/config.h"
 
 namespace gradmesh::train {
@@ -35,7 +36,9 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 31;
 int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
 
 // Checks count_parameters first, so an oversized config fails before any allocation.
+// `split` (tensor parallelism) splits a GPT's layers; other models refuse it.
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
-                                      nn::ParameterInit values = nn::ParameterInit::kNow);
+                                      nn::ParameterInit values = nn::ParameterInit::kNow,
+                                      std::shared_ptr<nn::TensorSplit> split = nullptr);
 
 }  // namespace gradmesh::train

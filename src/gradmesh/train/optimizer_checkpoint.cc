@@ -10,11 +10,13 @@
 namespace gradmesh::train {
 namespace {
 
-std::string parameter_names(const nn::Model& model) {
+std::string parameter_names(const std::vector<nn::ParameterInfo>& params) {
   std::string names;
-  for (const nn::ParameterInfo& p : model.parameters()) names += (names.empty() ? "" : ",") + p.name;
+  for (const nn::ParameterInfo& p : params) names += (names.empty() ? "" : ",") + p.name;
   return names;
 }
+
+std::string parameter_names(const nn::Model& model) { return parameter_names(model.parameters()); }
 
 // Where each group starts in the per-element state buffers: groups back to back, in the order given.
 std::vector<int64_t> state_positions(const std::vector<optim::ParamGroup>& groups) {
@@ -49,11 +51,16 @@ void cut_into(const std::vector<checkpoint::StatePiece>& pieces, const std::vect
 std::string pytorch_state_key(const std::string& ours) { return ours == "momentum" ? "momentum_buffer" : ours; }
 
 checkpoint::TensorFile whole_optimizer_file(const nn::Model& model, optim::Optimizer& optimizer) {
+  return whole_optimizer_file(model.parameters(), optimizer.state(), optimizer.name());
+}
+
+checkpoint::TensorFile whole_optimizer_file(const std::vector<nn::ParameterInfo>& params,
+                                            const std::vector<std::pair<std::string, Tensor>>& state,
+                                            const std::string& optimizer_name) {
   checkpoint::TensorFile file;
   file.name = checkpoint::kOptimizerFileName;
-  file.metadata = {{"format", "pt"}, {"optimizer", optimizer.name()}, {"param_names", parameter_names(model)}};
-  const std::vector<nn::ParameterInfo>& params = model.parameters();
-  for (auto& [name, buffer] : optimizer.state()) {
+  file.metadata = {{"format", "pt"}, {"optimizer", optimizer_name}, {"param_names", parameter_names(params)}};
+  for (const auto& [name, buffer] : state) {
     for (size_t i = 0; i < params.size(); ++i) {
       const std::string key = "state." + std::to_string(i) + "." + pytorch_state_key(name);
       // "step" is one counter for the whole buffer; PyTorch keeps one per parameter.

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/snapshot.h"
@@ -21,6 +23,11 @@ std::string pytorch_state_key(const std::string& ours);
 // optimizer.safetensors with PyTorch's per-parameter names.
 // REQUIRES: the optimizer's groups tile [0, P) in order (not a ZeRO shard).
 checkpoint::TensorFile whole_optimizer_file(const nn::Model& model, optim::Optimizer& optimizer);
+// The same from parameters and state buffers laid out like them (a
+// tensor-parallel run's whole model, assembled from its pieces).
+checkpoint::TensorFile whole_optimizer_file(const std::vector<nn::ParameterInfo>& params,
+                                            const std::vector<std::pair<std::string, Tensor>>& state,
+                                            const std::string& optimizer_name);
 
 // optimizer.shard-<rank+1>-of-<world_size>.safetensors: this rank's state
 // elements in group order, the flat element ranges they belong to, and the

@@ -10,6 +10,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/sample_order.h"
 #include "gradmesh/parallel/mesh.h"
+#include "gradmesh/parallel/tensor_parallel.h"
 #include "gradmesh/parallel/rank_agreement.h"
 #include "gradmesh/train/config_schema.h"
 #include "gradmesh/train/model_factory.h"
@@ -45,8 +46,43 @@ std::string message_of(const std::exception_ptr& error) {
   }
 }
 
-PreparedRank prepare(const Config& config, int world) {
+// What a tensor-parallel run cannot be combined with yet; pipeline stages are not trained yet.
+void check_mesh_supported(const Config& config, const parallel::MeshShape& mesh) {
+  const std::string layout = "pp = " + std::to_string(mesh.pp) + ", tp = " + std::to_string(mesh.tp);
+  if (mesh.pp > 1)
+    throw_error(ErrorKind::kConfig, "parallel.mesh",
+                layout + ": training does not run pipeline stages yet; set pp = 1 (docs/model-parallel.md)");
+  if (mesh.tp == 1) return;
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    throw_error(ErrorKind::kConfig, key, why + " cannot be combined with tensor parallelism (parallel.mesh " + layout +
+                                             ") yet (docs/model-parallel.md)");
+  };
+  if (config.model.kind != "gpt") refuse("model.kind", "\"" + config.model.kind + "\" (only the GPT splits its layers)");
+  if (config.parallel.zero != 0) refuse("parallel.zero", "ZeRO stage " + std::to_string(config.parallel.zero));
+  if (config.parallel.comm_dtype != "f32") refuse("parallel.comm_dtype", "bf16 gradients");
+  if (config.parallel.straggler != "none") refuse("parallel.straggler", "rebalancing");
+  if (config.elastic.recovery == "in-process") refuse("elastic.recovery", "in-process recovery");
+}
+
+void build_rank_model(const Config& config, PreparedRank& p, std::shared_ptr<nn::TensorSplit> split) {
   const TrainConfig& tc = config.train;
+  p.model = build_model(config.model, p.data->geometry, tc.seed,
+                        p.deferred_init ? nn::ParameterInit::kDeferred : nn::ParameterInit::kNow, std::move(split));
+  if (!tc.init_from.empty()) {
+    checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
+    p.model->load_parameters(tensors, tc.init_from);  // a split model takes its pieces
+  }
+}
+
+// `world` ranks; the model is built unless `build_model_now` is false (a
+// split model needs its groups first).
+PreparedRank prepare(const Config& config, int world_size, bool build_model_now = true) {
+  const TrainConfig& tc = config.train;
+  const parallel::MeshShape mesh = training_mesh(config.parallel, world_size);
+  check_mesh_supported(config, mesh);
+  const int world = mesh.dp;  // the replicas that split each global batch
   if (tc.batch_size < tc.accum_steps)
     throw_error(ErrorKind::kConfig, "train.batch_size",
                 std::to_string(tc.batch_size) + " is smaller than train.accum_steps = " + std::to_string(tc.accum_steps));
@@ -56,21 +92,14 @@ PreparedRank prepare(const Config& config, int world) {
                     ": every rank needs at least one sample of each global batch; raise train.batch_size or start "
                     "fewer workers");
   PreparedRank p;
-  p.mesh = training_mesh(config.parallel, world);
+  p.mesh = mesh;
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
   p.memory = estimate_rank_memory(config, p.data->geometry, count_parameters(config.model, p.data->geometry), world);
   p.memory_limit = process_memory_limit();
   check_memory_fits(p.memory, p.memory_limit, local_rank_count());
   p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty();
-  p.model = build_model(config.model, p.data->geometry, tc.seed,
-                        p.deferred_init ? nn::ParameterInit::kDeferred : nn::ParameterInit::kNow);
-  if (!tc.init_from.empty()) {
-    checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
-    p.model->load_parameters(tensors, tc.init_from);
-  }
+  if (build_model_now) build_rank_model(config, p, nullptr);
   return p;
 }
 
@@ -95,17 +124,8 @@ std::string agreement_text(Config c) {
 }  // namespace
 
 parallel::MeshShape training_mesh(const ParallelConfig& c, int world) {
-  const parallel::MeshShape shape = parallel::resolve_mesh_shape(
-      static_cast<int>(c.mesh_dp), static_cast<int>(c.mesh_pp), static_cast<int>(c.mesh_tp), world, "parallel.mesh");
-  // The mesh, its groups and the split layers exist (parallel/mesh.h,
-  // parallel/tensor_parallel.h); the trainer does not run pipeline stages or
-  // split layers yet, so such a layout is refused before anything starts.
-  if (shape.pp > 1 || shape.tp > 1)
-    throw_error(ErrorKind::kConfig, "parallel.mesh",
-                "pp = " + std::to_string(shape.pp) + ", tp = " + std::to_string(shape.tp) +
-                    ": training runs data parallelism (and ZeRO) over the whole world only for now; set "
-                    "mesh = { pp = 1, tp = 1 }");
-  return shape;
+  return parallel::resolve_mesh_shape(static_cast<int>(c.mesh_dp), static_cast<int>(c.mesh_pp),
+                                      static_cast<int>(c.mesh_tp), world, "parallel.mesh");
 }
 
 bool multi_rank(const comm::ProcessGroup* group) { return group && group->size() > 1; }
@@ -120,18 +140,21 @@ data::ImageDataset load_test_set(const Config& config) {
   return load_set(config, c.test_images, c.test_labels, c.limit_test);
 }
 
-PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
-  if (!multi_rank(group)) return prepare(config, 1);
+PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::ProcessGroup>& group) {
+  if (!multi_rank(group.get())) return prepare(config, 1);
   std::exception_ptr failure;
   PreparedRank p;
+  bool split = false;
   try {
-    p = prepare(config, group->size());
+    split = training_mesh(config.parallel, group->size()).tp > 1;
+    p = prepare(config, group->size(), /*build_model_now=*/!split);
   } catch (const std::exception&) {
     failure = std::current_exception();
   }
   parallel::StartState state;
   if (failure) state.error = message_of(failure);
   state.config_text = agreement_text(config);
+  // A split model's layout differs between tp ranks by design; the configs still must agree.
   if (p.model) state.layout = parallel::parameter_layout(*p.model);
   try {
     parallel::check_start_agreement(*group, state);
@@ -139,8 +162,19 @@ PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group) {
     if (failure) std::rethrow_exception(failure);  // this rank's own error says more than "rank r failed"
     throw;
   }
-  // Deferred values are the same on every rank by construction (counter-based init).
-  if (!p.deferred_init) parallel::broadcast_parameters(*group, *p.model);
+  if (!split) {
+    p.dp_group = group;
+    // Deferred values are the same on every rank by construction (counter-based init).
+    if (!p.deferred_init) parallel::broadcast_parameters(*group, *p.model);
+    return p;
+  }
+  const parallel::MeshGroups groups = parallel::create_mesh_groups(group, parallel::DeviceMesh(p.mesh));
+  p.dp_group = groups.dp;
+  p.tp_group = groups.tp;
+  // Every rank builds its pieces from the seed: identical across the dp replicas without a broadcast.
+  on_every_rank(group.get(), [&] { build_rank_model(config, p, std::make_shared<parallel::GroupTensorSplit>(groups.tp)); },
+                "building the tensor-parallel model");
+  p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.tp);
   return p;
 }
 
@@ -205,7 +239,7 @@ void on_every_rank(comm::ProcessGroup* group, const std::function<void()>& part,
       throw_error(ErrorKind::kIo, what, "rank " + std::to_string(r) + " failed: " + messages[r]);
 }
 
-PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }
+PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }  // tp = 1: in-process recovery refuses tp > 1
 
 EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group) {
   if (!multi_rank(group)) return evaluate(model, test_set);

@@ -13,6 +13,7 @@
 #include "gradmesh/nn/model.h"
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/parallel/mesh.h"
+#include "gradmesh/parallel/whole_model_view.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/memory_budget.h"
@@ -34,6 +35,13 @@ parallel::MeshShape training_mesh(const ParallelConfig& config, int world);
 
 struct PreparedRank {
   parallel::MeshShape mesh;  // dp x pp x tp; dp = the world with pp = tp = 1
+  // What data parallelism (the loader's split, the gradient reduction, ZeRO,
+  // evaluation's split) runs over: the world, or the mesh's dp group. Null on one process.
+  std::shared_ptr<comm::ProcessGroup> dp_group;
+  // tp > 1: the group the model is split over and the whole-model view that
+  // checkpoints, saved weights and clipping go through. Null otherwise.
+  std::shared_ptr<comm::ProcessGroup> tp_group;
+  std::unique_ptr<parallel::WholeModelView> whole;
   std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;
@@ -54,7 +62,10 @@ struct PreparedRank {
 // until a timeout), configs and parameter layouts must be equal on all ranks
 // (Error kConfig naming the ranks and the first difference), and every
 // replica gets rank 0's initial parameters.
-PreparedRank prepare_rank(const Config& config, comm::ProcessGroup* group);
+// With parallel.mesh tp > 1 the mesh's groups are created (collective over
+// the world) and the GPT is built split over the tp group; its pieces start
+// as the whole model's (nothing is broadcast).
+PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::ProcessGroup>& group);
 
 // The gradient reducer's options from the [parallel] section. The numbers are
 // checked against the schema again where they become integers (a

@@ -84,6 +84,7 @@ void StepRunner::update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace*
   // Under ZeRO no rank holds the whole summed gradient: the norm comes from every rank's shard.
   if (max_norm > 0) {
     if (zero_) zero_->clip_grad_norm(max_norm);
+    else if (whole_) whole_->clip_grad_norm(max_norm);
     else optim::clip_grad_norm(grads, model_.num_parameters(), max_norm);
   }
   optimizer_.step(model_.flat_params().data(), grads, lr);

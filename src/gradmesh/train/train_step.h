@@ -17,6 +17,7 @@
 #include "gradmesh/optim/optimizer.h"
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/parallel/step_phases.h"
+#include "gradmesh/parallel/whole_model_view.h"
 #include "gradmesh/parallel/zero_reducer.h"
 #include "gradmesh/train/config.h"
 
@@ -27,9 +28,10 @@ class StepRunner {
   // `reducer` and `zero` are null on a single process; with several ranks
   // exactly one is set (`zero`: `optimizer` holds only this rank's shard).
   // All references outlive the runner.
+  // `whole` (tensor parallelism): the split model's view, whose gradient norm spans the group.
   StepRunner(nn::Model& model, optim::Optimizer& optimizer, const Config& config, parallel::GradientReducer* reducer,
-             parallel::ZeroReducer* zero = nullptr)
-      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer), zero_(zero) {}
+             parallel::ZeroReducer* zero = nullptr, const parallel::WholeModelView* whole = nullptr)
+      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer), zero_(zero), whole_(whole) {}
 
   // Trains on this rank's slice of a global batch at learning rate `lr`.
   // Every loss is divided by the global batch length, so summing gradients
@@ -60,6 +62,7 @@ class StepRunner {
   const Config& config_;
   parallel::GradientReducer* reducer_;
   parallel::ZeroReducer* zero_;
+  const parallel::WholeModelView* whole_;
 };
 
 }  // namespace gradmesh::train

@@ -36,9 +36,10 @@ namespace {
 using parallel::Phase;
 using parallel::PhaseTimes;
 
-void save_weights(nn::Model& model, const std::string& path, const Config& config, int64_t step, int64_t epoch) {
+void save_weights(const std::vector<std::pair<std::string, Tensor>>& named, const std::string& path,
+                  const Config& config, int64_t step, int64_t epoch) {
   std::vector<checkpoint::NamedTensor> tensors;
-  for (auto& [name, t] : model.named_parameters()) tensors.push_back({name, t});
+  for (auto& [name, t] : named) tensors.push_back({name, t});
   const std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"producer", "gradmesh " GRADMESH_VERSION}, {"model.kind", config.model.kind},
       {"step", std::to_string(step)}, {"epoch", std::to_string(epoch)}};
@@ -131,6 +132,14 @@ class TrainingRun {
   std::shared_ptr<comm::ProcessGroup> group_;
   comm::ProcessGroup* world_;  // null on a single process
   int rank_, world_size_;
+  // Data parallelism's group (the world, or the mesh's dp group): the loader's
+  // split, the gradient reduction, evaluation. Null on a single process.
+  std::shared_ptr<comm::ProcessGroup> dp_group_;
+  comm::ProcessGroup* dp_ = nullptr;
+  int dp_rank_ = 0, dp_size_ = 1;
+  void adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp);
+  // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
+  bool collective_checkpoints() const { return zero_ != nullptr || prepared_.whole != nullptr; }
   bool leader_;
   PreparedRank prepared_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -170,10 +179,11 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
       detector_(config.parallel.slow_rank_factor, 3) {
   kernels::set_num_threads(static_cast<int>(tc_.threads));
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
-  prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, world_);
+  prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, group_);
+  adopt_dp_group(prepared_.dp_group ? prepared_.dp_group : group_);
   // ZeRO's layout decides which elements this rank's optimizer owns, so it comes first.
-  if (multi_rank(world_) && config_.parallel.zero >= 1)
-    zero_ = std::make_unique<parallel::ZeroReducer>(model(), group_, zero_options(config_.parallel));
+  if (multi_rank(dp_) && config_.parallel.zero >= 1)
+    zero_ = std::make_unique<parallel::ZeroReducer>(model(), dp_group_, zero_options(config_.parallel));
   if (prepared_.deferred_init) {
     GRADMESH_CHECK(zero_ && zero_->stage() == 3, "deferred initialisation without ZeRO stage 3");
     const parallel::ShardLayout& layout = zero_->layout();
@@ -192,18 +202,26 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   build_step_machinery();
 }
 
+void TrainingRun::adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp) {
+  dp_group_ = std::move(dp);
+  dp_ = dp_group_.get();
+  dp_rank_ = dp_ ? dp_->rank() : 0;
+  dp_size_ = dp_ ? dp_->size() : 1;
+}
+
 // What depends on the group: rebuilt after an in-process recovery.
 void TrainingRun::build_step_machinery() {
   runner_.reset();
   reducer_.reset();
-  if (multi_rank(world_) && !zero_)
-    reducer_ = std::make_unique<parallel::GradientReducer>(model(), group_, reducer_options(config_.parallel));
-  loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, rank_, world_size_));
-  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get());
+  if (multi_rank(dp_) && !zero_)
+    reducer_ = std::make_unique<parallel::GradientReducer>(model(), dp_group_, reducer_options(config_.parallel));
+  loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
+  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get(),
+                                         prepared_.whole.get());
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
-  if (multi_rank(world_) && config_.parallel.straggler == "rebalance")
-    balancer_ = std::make_unique<parallel::SplitBalancer>(world_size_);
+  if (multi_rank(dp_) && config_.parallel.straggler == "rebalance")
+    balancer_ = std::make_unique<parallel::SplitBalancer>(dp_size_);
 }
 
 void TrainingRun::gather_full_parameters() {
@@ -221,12 +239,12 @@ TrainSummary TrainingRun::run() {
   // the model gathers each unit around its use.
   if (zero_ && zero_->stage() == 3) {
     // Every rank must run every micro-batch's units: no rank may get an empty one.
-    if (tc_.batch_size / world_size_ < tc_.accum_steps)
+    if (tc_.batch_size / dp_size_ < tc_.accum_steps)
       throw_error(ErrorKind::kConfig, "train.batch_size",
-                  std::to_string(tc_.batch_size) + " over " + std::to_string(world_size_) +
+                  std::to_string(tc_.batch_size) + " over " + std::to_string(dp_size_) +
                       " ranks leaves a rank fewer samples than train.accum_steps = " + std::to_string(tc_.accum_steps) +
                       ", which parallel.zero = 3 needs (every rank runs every micro-batch's parameter gathers)");
-    param_shards_ = std::make_unique<parallel::ZeroParamShards>(model(), group_, zero_->layout(),
+    param_shards_ = std::make_unique<parallel::ZeroParamShards>(model(), dp_group_, zero_->layout(),
                                                                 collective_timeout(config_.parallel));
     nn::forward_context().unit_hooks = param_shards_.get();
   }
@@ -257,10 +275,15 @@ TrainSummary TrainingRun::run() {
   summarize();
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
   if (config_.output.save_weights && !summary_.stopped) gather_full_parameters();
+  // A split model's weights are assembled on every rank of its group; rank 0 writes them.
+  const std::vector<std::pair<std::string, Tensor>> weights =
+      !config_.output.save_weights || summary_.stopped ? std::vector<std::pair<std::string, Tensor>>{}
+      : prepared_.whole                                ? whole_named_parameters(*prepared_.whole, model())
+                                                       : model().named_parameters();
   if (!leader_ || summary_.stopped) return summary_;
   if (config_.output.save_weights) {
     summary_.weights_path = summary_.run_dir + "/model.safetensors";
-    save_weights(model(), summary_.weights_path, config_, s_.step, epochs_run_);
+    save_weights(weights, summary_.weights_path, config_, s_.step, epochs_run_);
   }
   write_summary_line();
   if (config_.output.report) write_report();
@@ -285,7 +308,8 @@ void TrainingRun::open_outputs() {
       return create_run_dir(plan.parent, plan.id, plan.reuse);
     }, "run directory");
     if (!leader_) std::filesystem::create_directories(summary_.run_dir);
-    resumed = resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
+    resumed = prepared_.whole ? resume_split_ranks(world_, loaded, *prepared_.whole, model(), *optimizer_, state)
+                              : resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
   }
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
@@ -363,6 +387,7 @@ void TrainingRun::recover(const std::string& failure) {
   world_ = nullptr;
   group_ = resilience_.rejoin();
   world_ = group_.get();
+  adopt_dp_group(group_);  // in-process recovery runs plain data parallelism (a mesh is refused with it)
   rank_ = world_->rank();
   world_size_ = world_->size();
   leader_ = rank_ == 0;
@@ -393,6 +418,11 @@ void TrainingRun::run_epoch(int64_t epoch) {
 }
 
 void TrainingRun::save_checkpoint(bool sync) {
+  // Tensor parallelism: every rank helps assemble the whole model; rank 0 alone writes it.
+  if (prepared_.whole && !leader_) {
+    take_whole_snapshot(*prepared_.whole, model(), *optimizer_, current_state());
+    return;
+  }
   const double stalled = checkpointer_->save(
       [&] {
         gather_full_parameters();  // stage 3: rank 0 writes the whole model
@@ -400,6 +430,7 @@ void TrainingRun::save_checkpoint(bool sync) {
           TrainingRun* run;
           ~Release() { run->release_full_parameters(); }
         } release{this};
+        if (prepared_.whole) return take_whole_snapshot(*prepared_.whole, model(), *optimizer_, current_state());
         return zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
                      : take_snapshot(model(), *optimizer_, current_state());
       },
@@ -414,7 +445,7 @@ void TrainingRun::save_checkpoint(bool sync) {
 void TrainingRun::stop_here() {
   stopping_ = true;
   summary_.stopped = true;
-  if (checkpointer_->writer()) save_checkpoint(true);
+  if (checkpointer_->writer() || prepared_.whole) save_checkpoint(true);
   progress_.finish();
   progress_.message("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
                     (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""));
@@ -429,7 +460,7 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   const float lr = optim::lr_at(schedule_, base_lr_, s_.step);
   nn::forward_context().step = static_cast<uint64_t>(s_.step);
   // Sharded checkpoints need every rank at the same step: a time-based save is voted on.
-  stop_vote_->begin_step(zero_ && checkpointer_->due_by_time(now_seconds()));
+  stop_vote_->begin_step(collective_checkpoints() && checkpointer_->due_by_time(now_seconds()));
   const double loss = runner_->run(batch, lr, s_.step, s_.window, traced ? trace_.get() : nullptr);
   const bool stop = stop_vote_->finish_step();
   if (traced) trace_->span("compute", "step " + std::to_string(s_.step), data_start, now_seconds());
@@ -445,11 +476,11 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   }
   // With several ranks the global loss is known at log steps; until the
   // first one, this rank's share scaled by the world size estimates it.
-  if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * world_size_;
+  if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * dp_size_;
   if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
   if (stop) return stop_here();
-  const bool due = zero_ ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
-                         : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds());
+  const bool due = collective_checkpoints() ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
+                                            : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds());
   if (due) save_checkpoint(false);
 }
 
@@ -466,6 +497,7 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
   const std::vector<PhaseTimes> ranks = parallel::gather_phase_times(world_, s_.window);
   double loss_sum = 0;
   for (const PhaseTimes& t : ranks) loss_sum += t.loss_sum;
+  loss_sum /= prepared_.mesh.tp;  // the ranks of a tensor-parallel group each report the same loss
   s_.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.window.steps, 1));
   const double now = now_seconds();
   const double rate = static_cast<double>(s_.window_samples) / std::max(now - s_.window_start, 1e-9);
@@ -533,7 +565,7 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   // gathers would not pair up; evaluation runs on the whole parameters.
   gather_full_parameters();
   nn::forward_context().unit_hooks = nullptr;
-  const EvalResult r = evaluate_world(model(), *prepared_.data->test, world_);
+  const EvalResult r = evaluate_world(model(), *prepared_.data->test, dp_);
   nn::forward_context().unit_hooks = param_shards_.get();
   release_full_parameters();
   resilience_.touch();

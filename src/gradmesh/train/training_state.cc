@@ -4,6 +4,7 @@
 #include "gradmesh/checkpoint/optimizer_state.h"
 #include "gradmesh/parallel/rank_agreement.h"
 #include "gradmesh/config.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/train/optimizer_checkpoint.h"
 #include "gradmesh/train/rank_setup.h"
 
@@ -13,12 +14,25 @@ namespace {
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kTrainerFile = "trainer.json";
 
-checkpoint::TensorFile weights_file(const nn::Model& model, const checkpoint::TrainerState& state) {
+checkpoint::TensorFile weights_file(const std::vector<std::pair<std::string, Tensor>>& named,
+                                    const checkpoint::TrainerState& state) {
   checkpoint::TensorFile weights;
   weights.name = kModelFile;
-  weights.tensors = checkpoint::copy_tensors(model.named_parameters());
+  weights.tensors = checkpoint::copy_tensors(named);
   weights.metadata = {{"format", "pt"}, {"producer", "gradmesh " GRADMESH_VERSION}, {"step", std::to_string(state.step)}};
   return weights;
+}
+
+checkpoint::TensorFile weights_file(const nn::Model& model, const checkpoint::TrainerState& state) {
+  return weights_file(model.named_parameters(), state);
+}
+
+// Named views of a whole flat buffer laid out as `params`.
+std::vector<std::pair<std::string, Tensor>> named_views(const std::vector<nn::ParameterInfo>& params,
+                                                        const Tensor& flat) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const nn::ParameterInfo& p : params) out.emplace_back(p.name, flat.slice_flat(p.offset, p.shape));
+  return out;
 }
 
 }  // namespace
@@ -77,6 +91,61 @@ bool resume_ranks(comm::ProcessGroup* group, const std::optional<checkpoint::Loa
     on_every_rank(group, [&] {
       if (group->rank() != 0) restore_optimizer(checkpoint::reopen_checkpoint(path), model, optimizer);
     }, "resume from " + path);
+  return true;
+}
+
+std::vector<std::pair<std::string, Tensor>> whole_named_parameters(const parallel::WholeModelView& view,
+                                                                   nn::Model& model) {
+  return named_views(view.parameters(), view.assemble(model.flat_params()));
+}
+
+checkpoint::Snapshot take_whole_snapshot(const parallel::WholeModelView& view, nn::Model& model,
+                                         optim::Optimizer& optimizer, const checkpoint::TrainerState& state) {
+  std::vector<std::pair<std::string, Tensor>> buffers;
+  for (auto& [name, buffer] : optimizer.state())
+    buffers.emplace_back(name, name == "step" ? buffer.clone() : view.assemble(buffer));
+  checkpoint::Snapshot snapshot;
+  snapshot.step = state.step;
+  snapshot.world_size = state.world_size;
+  snapshot.tensor_files.push_back(weights_file(whole_named_parameters(view, model), state));
+  snapshot.tensor_files.push_back(whole_optimizer_file(view.parameters(), buffers, optimizer.name()));
+  snapshot.text_files.emplace_back(kTrainerFile, checkpoint::trainer_state_json(state));
+  return snapshot;
+}
+
+void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const parallel::WholeModelView& view,
+                         nn::Model& model, optim::Optimizer& optimizer) {
+  restore_weights(loaded, model);  // a split parameter takes its piece of the whole tensor
+  const checkpoint::ConsolidatedOptimizerState whole = checkpoint::consolidate_optimizer_state(loaded, view.numel());
+  if (whole.optimizer != optimizer.name())
+    throw_error(ErrorKind::kFormat, loaded.path,
+                "holds the state of optimizer '" + whole.optimizer + "', but this run uses optim.name = '" +
+                    optimizer.name() + "'");
+  for (auto& [name, buffer] : optimizer.state()) {
+    if (name == "step") {
+      buffer.copy_from(whole.step);
+      continue;
+    }
+    const auto values = whole.values.find(pytorch_state_key(name));
+    if (values == whole.values.end())
+      throw_error(ErrorKind::kFormat, loaded.path,
+                  "holds no '" + pytorch_state_key(name) + "' state, which optim.name = '" + optimizer.name() +
+                      "' keeps");
+    view.take(values->second, buffer);
+  }
+}
+
+bool resume_split_ranks(comm::ProcessGroup* world, const std::optional<checkpoint::LoadedCheckpoint>& loaded,
+                        const parallel::WholeModelView& view, nn::Model& model, optim::Optimizer& optimizer,
+                        checkpoint::TrainerState& state) {
+  const std::string path = on_leader(world, [&]() -> std::string { return loaded ? loaded->path : ""; }, "resume");
+  if (path.empty()) return false;
+  on_every_rank(world, [&] {
+    restore_split_state(world->rank() == 0 ? *loaded : checkpoint::reopen_checkpoint(path), view, model, optimizer);
+  }, "resume from " + path);
+  if (world->rank() == 0) state = loaded->trainer;
+  const std::string text = parallel::broadcast_string(*world, checkpoint::trainer_state_json(state), 0);
+  if (world->rank() != 0) state = checkpoint::parse_trainer_state(text, "trainer state from rank 0");
   return true;
 }
 

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/snapshot.h"
@@ -22,6 +24,7 @@
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/nn/model.h"
 #include "gradmesh/optim/optimizer.h"
+#include "gradmesh/parallel/whole_model_view.h"
 
 namespace gradmesh::train {
 
@@ -63,5 +66,21 @@ bool resume_ranks(comm::ProcessGroup* group, const std::optional<checkpoint::Loa
 // rank's shard is its own, restored by each rank).
 void broadcast_training_state(comm::ProcessGroup& group, int root, nn::Model& model, optim::Optimizer* optimizer,
                               checkpoint::TrainerState& state);
+
+// Tensor parallelism (parallel.mesh tp > 1): each rank holds pieces of the
+// split parameters, and checkpoints hold the whole model, so they load under
+// any layout. Collective over the view's group: every rank of it calls them.
+std::vector<std::pair<std::string, Tensor>> whole_named_parameters(const parallel::WholeModelView& view,
+                                                                   nn::Model& model);
+checkpoint::Snapshot take_whole_snapshot(const parallel::WholeModelView& view, nn::Model& model,
+                                         optim::Optimizer& optimizer, const checkpoint::TrainerState& state);
+// This rank's pieces of a checkpoint saved under any layout (whole, ZeRO shards, split).
+void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const parallel::WholeModelView& view,
+                         nn::Model& model, optim::Optimizer& optimizer);
+// resume_ranks for a split model: every rank reads its own pieces from the
+// checkpoint rank 0 chose; nothing but trainer.json travels.
+bool resume_split_ranks(comm::ProcessGroup* world, const std::optional<checkpoint::LoadedCheckpoint>& loaded,
+                        const parallel::WholeModelView& view, nn::Model& model, optim::Optimizer& optimizer,
+                        checkpoint::TrainerState& state);
 
 }  // namespace gradmesh::train
