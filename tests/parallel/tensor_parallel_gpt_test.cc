@@ -46,6 +46,7 @@ struct Pass {
   std::vector<std::shared_ptr<const nn::InitShard>> shards;  // per parameter: its piece of the whole (null: whole)
   std::vector<int32_t> predicted;
   int64_t logits_columns = 0;
+  int64_t num_parameters = 0;
 };
 
 Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = nullptr) {
@@ -67,6 +68,7 @@ Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = n
   p.grad_norm = tp ? WholeModelView(model, tp).clip_grad_norm(1e30f)
                    : optim::grad_norm(model.flat_grads().data(), model.num_parameters());
   p.logits_columns = logits.shape()[1];
+  p.num_parameters = model.num_parameters();
   p.predicted.resize(labels.size());
   model.root().predict(logits, p.predicted.data());
   std::vector<std::pair<std::string, nn::Parameter*>> named;
@@ -123,6 +125,11 @@ std::string check_split_gpt(bool tied, int tp) {
     if (std::fabs(split.loss - whole.loss) > kTolerance * std::fabs(whole.loss))
       f += "loss " + std::to_string(split.loss) + " vs " + std::to_string(whole.loss) + "\n";
     if (split.predicted != whole.predicted) f += "predicted tokens differ\n";
+    // The memory estimate's count is the largest rank's: rank 0's (the first ranks take the remainders).
+    const int64_t counted = nn::gpt_parameter_count(spec(tied), tp);
+    if (rank == 0 ? split.num_parameters != counted : split.num_parameters > counted)
+      f += "holds " + std::to_string(split.num_parameters) + " parameters, gpt_parameter_count says " +
+           std::to_string(counted) + "\n";
     for (size_t i = 0; i < whole.params.size(); ++i) {
       const std::vector<float> init = piece(whole.params[i], split.shards[i].get());
       if (split.params[i] != init) f += "parameter " + std::to_string(i) + " does not start as its piece\n";

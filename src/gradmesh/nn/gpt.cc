@@ -314,8 +314,16 @@ Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }
 
-int64_t gpt_parameter_count(const GptSpec& s) {
-  const int64_t c = s.n_embd;
+int64_t gpt_parameter_count(const GptSpec& s, int tensor_parallel) {
+  const int64_t c = s.n_embd, tp = tensor_parallel;
+  if (tp > 1) {
+    // The largest rank's share: split pieces rounded up, replicated parameters whole.
+    auto part = [tp](int64_t n) { return (n + tp - 1) / tp; };
+    const int64_t block = 2 * (2 * c) + (c * 3 * c + 3 * c) / tp + (c * c) / tp + c + part(4 * c) * (c + 1) +
+                          part(4 * c) * c + c;
+    return part(s.vocab_size) * c + s.block_size * c + s.n_layer * block + 2 * c +
+           (s.tie_weights ? 0 : part(s.vocab_size) * c);
+  }
   const int64_t block = 2 * (2 * c)                 // ln_1, ln_2
                         + (c * 3 * c + 3 * c)      // c_attn
                         + (c * c + c)              // attn.c_proj

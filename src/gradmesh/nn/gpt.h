@@ -99,7 +99,9 @@ class Gpt : public Module {
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec);
 
-// Parameters of a GPT of this spec (the tied head counted once).
-int64_t gpt_parameter_count(const GptSpec& spec);
+// Parameters of a GPT of this spec (the tied head counted once); with
+// `tensor_parallel` > 1, those of the rank holding the most (split layers
+// divided, the rest whole).
+int64_t gpt_parameter_count(const GptSpec& spec, int tensor_parallel = 1);
 
 }  // namespace gradmesh::nn

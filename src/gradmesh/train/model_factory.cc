@@ -138,6 +138,12 @@ int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) 
   throw_error(ErrorKind::kConfig, "model.kind", "expected mlp, cnn or gpt, got '" + config.kind + "'");
 }
 
+int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry& input, int tensor_parallel) {
+  const int64_t total = count_parameters(config, input);
+  if (tensor_parallel <= 1 || config.kind != "gpt") return total;
+  return nn::gpt_parameter_count(gpt_spec(config, input), tensor_parallel);
+}
+
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
                                       nn::ParameterInit values, std::shared_ptr<nn::TensorSplit> split) {
   if (split && config.kind != "gpt")

@@ -35,6 +35,10 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 31;
 // stages for the input) are left to build_model, which names them.
 int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
 
+// What one rank holds with the GPT split over `tensor_parallel` ranks (the
+// rank holding the most); count_parameters otherwise.
+int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry& input, int tensor_parallel);
+
 // Checks count_parameters first, so an oversized config fails before any allocation.
 // `split` (tensor parallelism) splits a GPT's layers; other models refuse it.
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,

@@ -95,7 +95,9 @@ PreparedRank prepare(const Config& config, int world_size, bool build_model_now 
   p.mesh = mesh;
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
-  p.memory = estimate_rank_memory(config, p.data->geometry, count_parameters(config.model, p.data->geometry), world);
+  // Split layers count their piece; activations are counted whole (a floor's upper side for tp > 1).
+  p.memory = estimate_rank_memory(config, p.data->geometry,
+                                  count_parameters_per_rank(config.model, p.data->geometry, mesh.tp), world);
   p.memory_limit = process_memory_limit();
   check_memory_fits(p.memory, p.memory_limit, local_rank_count());
   p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty();

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Model parallelism on this machine: peak resident memory per rank and
+training throughput of each layout of the same GPT, beside one process.
+
+The model and run are bench/zero_memory.py's: examples/gpt.toml scaled to
+8 blocks, 8 heads, 512 wide (25.3 M parameters, AdamW), batch 8 windows of
+128 characters, one thread per rank, shm. Layouts: one process; data
+parallelism on 2 ranks; tensor parallelism on 2 ranks (tp = 2); ZeRO stage 3
+on 2 ranks (for comparison: it shards the same state differently); and
+dp 2 x tp 2 on 4 ranks. Memory: the largest rank's ru_maxrss. Throughput:
+tokens/s over the steps after the first (train_seconds of a run of
+`--steps` minus one of 1 step, so start-up and the first step's allocations
+are left out).
+
+On two cores, more processes than cores time-share them: a layout's
+throughput here says what splitting costs in communication and in lost
+GEMM efficiency, not what it gains on a machine with a core per rank.
+
+usage: bench/model_parallel.py [--steps 6] [--gradmesh build/gradmesh]
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero_memory  # noqa: E402  (the same model, run and metrics reader)
+
+MIB = 1024.0 * 1024.0
+LAYOUTS = [  # (name, ranks, extra config)
+    ("one process", 1, []),
+    ("dp = 2", 2, []),
+    ("tp = 2", 2, ["parallel.mesh.tp=2"]),
+    ("dp = 2, ZeRO stage 3", 2, ["parallel.zero=3"]),
+    ("dp 2 x tp 2", 4, ["parallel.mesh.tp=2"]),
+]
+
+
+def run(gradmesh, tmp, tag, ranks, extra, steps):
+    sets = [s for s in extra if not s.startswith("parallel.zero")] + [f"train.max_steps={steps}"]
+    stage = int(next((s.split("=")[1] for s in extra if s.startswith("parallel.zero")), 0))
+    sub = os.path.join(tmp, tag)
+    os.makedirs(sub, exist_ok=True)
+    os.symlink(os.path.join(tmp, "tokens"), os.path.join(sub, "tokens"))
+    return zero_memory.train(gradmesh, sub, ranks, stage, sets)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gradmesh", default=os.path.join(zero_memory.ROOT, "build", "gradmesh"))
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([args.gradmesh, "data", "prepare-text", "--vocab", "char", "--output", f"{tmp}/tokens"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print("| layout | ranks | params per rank (MiB) | estimate (MiB) | peak RSS per rank (MiB) | tokens/s | vs one process |")
+        print("|---|---|---|---|---|---|---|")
+        base = None
+        for i, (name, ranks, extra) in enumerate(LAYOUTS):
+            memory, peaks = run(args.gradmesh, tmp, f"l{i}s", ranks, extra, args.steps)
+            run(args.gradmesh, tmp, f"l{i}o", ranks, extra, 1)
+            full = zero_memory_summary(tmp, f"l{i}s", ranks, extra)
+            first = zero_memory_summary(tmp, f"l{i}o", ranks, extra)
+            tokens = (args.steps - 1) * 8 * 128 / (full["train_seconds"] - first["train_seconds"])
+            base = base or tokens
+            print(f"| {name} | {ranks} | {memory['params_bytes'] / MIB:.1f} | {memory['estimate_bytes'] / MIB:.1f} "
+                  f"| {max(peaks) / MIB:.1f} | {tokens:.0f} | {tokens / base:.2f}x |", flush=True)
+
+
+def zero_memory_summary(tmp, tag, ranks, extra):
+    stage = int(next((s.split("=")[1] for s in extra if s.startswith("parallel.zero")), 0))
+    path = os.path.join(tmp, tag, f"n{ranks}-z{stage}", "r", "metrics.jsonl")
+    with open(path) as f:
+        return [json.loads(l) for l in f if '"summary"' in l][-1]
+
+
+if __name__ == "__main__":
+    main()
