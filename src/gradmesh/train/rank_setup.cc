@@ -95,7 +95,8 @@ PreparedRank prepare(const Config& config, int world_size, bool build_model_now 
   p.mesh = mesh;
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
-  // Split layers count their piece; activations are counted whole (a floor's upper side for tp > 1).
+  // Split layers count their piece. Activations are counted whole, so with tp > 1 the
+  // estimate can exceed the peak (bench/model_parallel.py measures both).
   p.memory = estimate_rank_memory(config, p.data->geometry,
                                   count_parameters_per_rank(config.model, p.data->geometry, mesh.tp), world);
   p.memory_limit = process_memory_limit();
