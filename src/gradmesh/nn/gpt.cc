@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "gradmesh/autograd/attention.h"
@@ -181,69 +182,108 @@ void check_gpt_spec(const GptSpec& s) {
     throw_error(ErrorKind::kConfig, "model.vocab_size",
                 std::to_string(s.vocab_size) + " is smaller than the " + std::to_string(s.split->degree()) +
                     " tensor-parallel ranks that split it");
+  const int64_t end = s.stage.block_end < 0 ? s.n_layer : s.stage.block_end;
+  if (s.stage.count < 1 || s.stage.index < 0 || s.stage.index >= s.stage.count || s.stage.block_begin < 0 ||
+      s.stage.block_begin >= end || end > s.n_layer)
+    throw_error(ErrorKind::kConfig, "pipeline stage",
+                "stage " + std::to_string(s.stage.index) + " of " + std::to_string(s.stage.count) + " with blocks [" +
+                    std::to_string(s.stage.block_begin) + ", " + std::to_string(end) + ") of model.n_layer = " +
+                    std::to_string(s.n_layer));
   if (!(s.dropout >= 0.0f && s.dropout < 1.0f))
     throw_error(ErrorKind::kConfig, "model.dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
 }
 
 Gpt::Gpt(const GptSpec& spec) : spec_(spec) {
   check_gpt_spec(spec);
+  const GptStage& stage = spec.stage;
+  const bool first = stage.index == 0, last = stage.index == stage.count - 1;
+  const int64_t block_end = stage.block_end < 0 ? spec.n_layer : stage.block_end;
   // Residual projections are scaled down so the residual stream's variance
   // does not grow with depth (GPT-2; nanoGPT's c_proj init).
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(spec.n_layer));
   auto transformer = std::make_unique<ModuleDict>();
   split_ = spec.split.get();
-  if (split_ != nullptr) {
-    wte_ = &transformer->add("wte", split_->vocab_embedding(spec.vocab_size, spec.n_embd,
-                                                           {InitKind::kNormal, spec.vocab_size, spec.n_embd, kInitStd}));
-  } else {
-    auto wte = std::make_unique<Embedding>(spec.vocab_size, spec.n_embd);
-    wte->weight().init.std = kInitStd;
-    wte_ = &transformer->add("wte", std::move(wte));
+  wte_ = nullptr;
+  wpe_ = nullptr;
+  // The first stage embeds; a tied head on another last stage holds its own copy of the table.
+  if (first || (last && spec.tie_weights)) {
+    if (split_ != nullptr) {
+      wte_ = &transformer->add("wte", split_->vocab_embedding(spec.vocab_size, spec.n_embd,
+                                                             {InitKind::kNormal, spec.vocab_size, spec.n_embd, kInitStd}));
+    } else {
+      auto wte = std::make_unique<Embedding>(spec.vocab_size, spec.n_embd);
+      wte->weight().init.std = kInitStd;
+      wte_ = &transformer->add("wte", std::move(wte));
+    }
   }
-  wpe_ = &transformer->add("wpe", std::make_unique<Embedding>(spec.block_size, spec.n_embd));
-  wpe_->weight().init.std = kInitStd;
-  dropouts_.push_back(&transformer->add("drop", std::make_unique<Dropout>(spec.dropout)));
-  auto blocks = std::make_unique<ModuleList>();
-  for (int64_t i = 0; i < spec.n_layer; ++i) {
+  if (first) {
+    wpe_ = &transformer->add("wpe", std::make_unique<Embedding>(spec.block_size, spec.n_embd));
+    wpe_->weight().init.std = kInitStd;
+    dropouts_.push_back(&transformer->add("drop", std::make_unique<Dropout>(spec.dropout)));
+  }
+  // Blocks keep their index in the whole model as their name (transformer.h.<i>).
+  auto blocks = std::make_unique<ModuleDict>();
+  for (int64_t i = stage.block_begin; i < block_end; ++i) {
     auto block = std::make_unique<GptBlock>(spec, proj_std);
     blocks_.push_back(block.get());
-    blocks->add(std::move(block));
+    blocks->add(std::to_string(i), std::move(block));
   }
   transformer->add("h", std::move(blocks));
-  ln_f_ = &transformer->add("ln_f", std::make_unique<LayerNorm>(spec.n_embd));
+  ln_f_ = last ? &transformer->add("ln_f", std::make_unique<LayerNorm>(spec.n_embd)) : nullptr;
   add_child("transformer", std::move(transformer));
   lm_head_ = nullptr;
-  if (!spec.tie_weights && split_ != nullptr) {
+  if (last && !spec.tie_weights && split_ != nullptr) {
     lm_head_ = &add_child("lm_head", split_->column_linear(spec.n_embd, spec.vocab_size, false, 1,
                                                             {InitKind::kNormal, spec.n_embd, spec.vocab_size, kInitStd},
                                                             {}));
-  } else if (!spec.tie_weights) {
+  } else if (last && !spec.tie_weights) {
     auto head = std::make_unique<Linear>(spec.n_embd, spec.vocab_size, /*bias=*/false);
     init_linear(*head, kInitStd);
     lm_head_ = &add_child("lm_head", std::move(head));
   }
+  if (stage.count > 1) {
+    // A stage's parameters start as the whole model's: each takes the random
+    // stream of its place in the whole model (the tied copy: the table's).
+    GptSpec whole_spec = spec;
+    whole_spec.stage = GptStage{};
+    std::vector<std::pair<std::string, Parameter*>> whole_named, mine;
+    Gpt whole(whole_spec);  // parameter descriptions only: nothing is allocated
+    whole.collect_parameters("", whole_named);
+    std::map<std::string, int64_t> index;
+    for (size_t i = 0; i < whole_named.size(); ++i) index[whole_named[i].first] = static_cast<int64_t>(i);
+    collect_parameters("", mine);
+    for (auto& [name, param] : mine) param->init.index = index.at(name);
+  }
 }
 
-Variable Gpt::forward(const Variable& ids) {
-  const Shape& s = ids.shape();
-  if (s.size() != 2 || s[1] < 1 || s[1] > spec_.block_size)
+Variable Gpt::forward(const Variable& input) {
+  const bool first = spec_.stage.index == 0, last = spec_.stage.index == spec_.stage.count - 1;
+  const Shape& s = input.shape();
+  // A later pipeline stage takes the previous stage's activations [B, T, C].
+  if (first ? (s.size() != 2 || s[1] < 1 || s[1] > spec_.block_size)
+            : (s.size() != 3 || s[1] < 1 || s[1] > spec_.block_size || s[2] != spec_.n_embd))
     throw_error(ErrorKind::kShape, "GPT",
-                "input " + shape_str(s) + ": expected token ids [batch, T] with 1 <= T <= block_size = " +
-                    std::to_string(spec_.block_size));
+                "input " + shape_str(s) + ": expected " +
+                    (first ? std::string("token ids [batch, T]") : "activations [batch, T, " + std::to_string(spec_.n_embd) + "]") +
+                    " with 1 <= T <= block_size = " + std::to_string(spec_.block_size));
   const int64_t batch = s[0], t = s[1], n = batch * t;
-  std::vector<int64_t> tokens(static_cast<size_t>(n)), positions(static_cast<size_t>(n));
-  const float* values = ids.value().data();
-  for (int64_t i = 0; i < n; ++i) {
-    tokens[i] = static_cast<int64_t>(values[i]);
-    positions[i] = i % t;
+  Variable x = input;
+  if (first) {
+    std::vector<int64_t> tokens(static_cast<size_t>(n)), positions(static_cast<size_t>(n));
+    const float* values = input.value().data();
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<int64_t>(values[i]);
+      positions[i] = i % t;
+    }
+    x = run_unit(0, input, [&](const Variable&) {
+      Variable e = autograd::add(split_ ? split_->lookup(*wte_, tokens) : static_cast<Embedding*>(wte_)->lookup(tokens),
+                                 wpe_->lookup(positions));
+      return dropouts_[0]->forward(autograd::reshape(e, {batch, t, spec_.n_embd}));
+    });
   }
-  Variable x = run_unit(0, ids, [&](const Variable&) {
-    Variable e = autograd::add(split_ ? split_->lookup(*wte_, tokens) : static_cast<Embedding*>(wte_)->lookup(tokens),
-                               wpe_->lookup(positions));
-    return dropouts_[0]->forward(autograd::reshape(e, {batch, t, spec_.n_embd}));
-  });
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = run_unit(static_cast<int>(i) + 1, x, [&](const Variable& in) { return blocks_[i]->forward(in); });
+  if (!last) return x;
   return run_unit(static_cast<int>(blocks_.size()) + 1, x, [&](const Variable& in) {
     Variable h = autograd::reshape(ln_f_->forward(in), {n, spec_.n_embd});
     if (lm_head_) return lm_head_->forward(h);
@@ -253,6 +293,7 @@ Variable Gpt::forward(const Variable& ids) {
 }
 
 std::vector<std::vector<Parameter*>> Gpt::parameter_units() {
+  if (spec_.stage.count > 1) return {};  // a pipeline stage runs whole (ZeRO stage 3 is not combined with it)
   auto params_of = [](Module& m) {
     std::vector<std::pair<std::string, Parameter*>> named;
     m.collect_parameters("", named);
@@ -295,8 +336,8 @@ void Gpt::predict(const Variable& output, int32_t* classes) {
 }
 
 Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
-  if (split_ != nullptr)
-    throw_error(ErrorKind::kUsage, "GPT generation", "a tensor-parallel GPT generates through gradmesh serve");
+  if (split_ != nullptr || spec_.stage.count > 1)
+    throw_error(ErrorKind::kUsage, "GPT generation", "a split or pipelined GPT generates through gradmesh serve");
   if (cache.length >= spec_.block_size)
     throw_error(ErrorKind::kUsage, "GPT generation",
                 "the cache holds " + std::to_string(cache.length) + " positions, the whole context (block_size = " +

@@ -34,6 +34,14 @@
 
 namespace gradmesh::nn {
 
+// One pipeline stage of a GPT: blocks [block_begin, block_end) (-1: to the
+// last), the embeddings on stage 0, ln_f and the head on the last stage (a
+// tied head keeps its own copy of the token table there). count = 1: whole.
+struct GptStage {
+  int index = 0, count = 1;
+  int64_t block_begin = 0, block_end = -1;
+};
+
 struct GptSpec {
   int64_t vocab_size = 256;
   int64_t block_size = 128;
@@ -51,6 +59,11 @@ struct GptSpec {
   // stay split ([B * T, this rank's part of the vocabulary]) and loss() and
   // predict() work on them without gathering. Null: the whole model.
   std::shared_ptr<TensorSplit> split = nullptr;
+  // Pipeline parallelism: which stage this model is. A stage holds only its
+  // parameters, under the whole model's names; each starts as the whole
+  // model's. Its forward takes token ids (first stage) or the previous
+  // stage's activations [B, T, C], and returns activations or (last) logits.
+  GptStage stage = {};
 };
 
 // Throws Error(kConfig) naming the key when a GptSpec cannot be built

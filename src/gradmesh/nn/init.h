@@ -54,6 +54,10 @@ struct InitSpec {
   int64_t fan_out = 1;
   double std = 1.0;  // kNormal only
   std::shared_ptr<const InitShard> shard = nullptr;  // null: the whole parameter
+  // The parameter's place in the whole model, which keys its random stream;
+  // -1: its place in the model holding it. A pipeline stage holds some of a
+  // model's parameters and sets this, so they start as the whole model's.
+  int64_t index = -1;
 };
 
 // Fills `t` (float32) as `spec` says, drawing from CounterRng(seed, kInit, param_index).

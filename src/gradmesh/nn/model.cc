@@ -26,7 +26,7 @@ Model::Model(std::unique_ptr<Module> root, uint64_t seed, ParameterInit init) : 
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     Tensor value = flat_params_.slice_flat(info_[i].offset, p.shape);
-    if (init == ParameterInit::kNow) initialize(value, p.init, seed, i);
+    if (init == ParameterInit::kNow) initialize(value, p.init, seed, p.init.index >= 0 ? p.init.index : i);
     p.var = Variable(value, /*requires_grad=*/true);
     p.var.state()->grad = flat_grads_.slice_flat(info_[i].offset, p.shape);
     p.var.state()->param_index = static_cast<int>(i);
@@ -43,7 +43,9 @@ void Model::initialize_range(int64_t begin, int64_t end) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const int64_t first = std::max(begin, info_[i].offset), last = std::min(end, info_[i].offset + info_[i].numel);
     if (first >= last) continue;
-    initialize_elements(flat_params_.data() + first, first - info_[i].offset, last - first, params_[i]->init, seed_, i);
+    const InitSpec& spec = params_[i]->init;
+    initialize_elements(flat_params_.data() + first, first - info_[i].offset, last - first, spec, seed_,
+                        spec.index >= 0 ? static_cast<uint64_t>(spec.index) : i);
   }
 }
 
@@ -71,6 +73,16 @@ std::vector<std::vector<int>> Model::parameter_units() {
     }
   }
   return out;
+}
+
+void Model::zero_unwritten_grads() {
+  for (Parameter* p : params_) {
+    autograd::VariableState& s = *p->var.state();
+    if (!s.grad_written) {
+      s.grad.zero();
+      s.grad_written = true;
+    }
+  }
 }
 
 void Model::zero_grad() {
@@ -103,7 +115,8 @@ std::vector<std::pair<std::string, Tensor>> Model::named_parameters() const {
   return out;
 }
 
-void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source) {
+void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source,
+                            bool others_allowed) {
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) by_name[name] = &t;
   std::vector<const Tensor*> found(params_.size(), nullptr);
@@ -123,7 +136,7 @@ void Model::load_parameters(const std::vector<std::pair<std::string, Tensor>>& t
     found[i] = it->second;
     by_name.erase(it);
   }
-  if (!by_name.empty())
+  if (!by_name.empty() && !others_allowed)
     throw_error(ErrorKind::kFormat, source,
                 "tensor '" + by_name.begin()->first + "' is not a parameter of this model (" +
                     std::to_string(by_name.size()) + " unexpected tensor(s); check model.kind and layer sizes)");

@@ -57,9 +57,15 @@ class Model {
   // Views of the parameters, by name, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   // Copies named tensors into the parameters. Every parameter must be present
-  // with the same shape, and no unknown name may appear; `source` names the
+  // with the same shape (a split parameter: its whole shape, of which it
+  // takes its piece), and no unknown name may appear unless `others_allowed`
+  // (a pipeline stage reads its part of a whole model); `source` names the
   // file in errors. BF16 tensors are widened to float32.
-  void load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source);
+  void load_parameters(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source,
+                       bool others_allowed = false);
+  // Zeroes the gradients no backward wrote since zero_grad() (a pipeline
+  // stage runs its backwards piecewise, without Model::backward).
+  void zero_unwritten_grads();
 
   // The parameter indices of each unit, in forward order: the root's
   // parameter_units(), or one unit holding every parameter.

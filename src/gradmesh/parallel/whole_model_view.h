@@ -1,15 +1,20 @@
-// WholeModelView: a tensor-parallel model seen as the whole model it splits.
+// WholeModelView: a model split across a group, seen as the whole model.
 //
-// Each rank of a tensor-parallel group holds pieces of the split parameters
+// Tensor parallelism gives each rank pieces of the split parameters
 // (nn::InitShard says where each piece sits in its whole tensor) and a copy
-// of the replicated ones. Checkpoints, the saved weights and resumes speak
-// of the whole model, with PyTorch's names and shapes, so a checkpoint saved
-// under one layout loads under any other. This class maps between a rank's
-// flat buffers (parameters, gradients, optimizer moments: all laid out like
-// the model's flat parameters) and the whole model's flat buffer.
+// of the others; pipeline parallelism gives each rank (stage) some of the
+// parameters whole. Checkpoints, the saved weights and resumes speak of the
+// whole model, with PyTorch's names and shapes, so a checkpoint saved under
+// one layout loads under any other. This class maps between a rank's flat
+// buffers (parameters, gradients, optimizer moments: all laid out like the
+// model's flat parameters) and the whole model's flat buffer. A parameter
+// held whole by several ranks (replicated, or a tied copy) is provided by
+// the lowest of them.
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gradmesh/comm/process_group.h"
@@ -19,13 +24,20 @@ namespace gradmesh::parallel {
 
 class WholeModelView {
  public:
-  // REQUIRES: `model` outlives the view; `tp` is the group that splits it.
-  WholeModelView(nn::Model& model, std::shared_ptr<comm::ProcessGroup> tp);
+  // Tensor parallelism: every rank holds every parameter, whole or a piece;
+  // the whole shapes come from the pieces' InitShard.
+  // REQUIRES: `model` outlives the view; `group` is the group that splits it.
+  WholeModelView(nn::Model& model, std::shared_ptr<comm::ProcessGroup> group);
+  // Any split: `whole` lists the whole model's parameters (names, shapes) in
+  // order; each of this rank's parameters is one of them by name. Collective
+  // over `group` (finds which rank provides each parameter).
+  WholeModelView(nn::Model& model, std::shared_ptr<comm::ProcessGroup> group,
+                 const std::vector<std::pair<std::string, Shape>>& whole);
 
   // The whole model's parameters: names, whole shapes, offsets in the whole flat buffer.
   const std::vector<nn::ParameterInfo>& parameters() const { return whole_; }
   int64_t numel() const { return numel_; }
-  comm::ProcessGroup& group() const { return *tp_; }
+  comm::ProcessGroup& group() const { return *group_; }
 
   // Collective over the group: the whole flat buffer (float32) assembled from
   // every rank's `local` buffer. Exact: each element comes from one rank and
@@ -35,16 +47,23 @@ class WholeModelView {
   void take(const Tensor& whole, Tensor& local) const;
 
   // Global-norm gradient clipping of this rank's gradients (the model's flat
-  // gradients): the split pieces' squares are summed over the group and the
-  // replicated parameters counted once, so every rank scales by the same
-  // coefficient one process would. Returns the norm before clipping.
+  // gradients): each element of the whole model counted once over the group,
+  // so every rank scales by the coefficient one process would use. Returns
+  // the norm before clipping. Collective over the group.
   double clip_grad_norm(float max_norm) const;
 
  private:
+  void place_local(std::vector<int64_t> provider);
+
   nn::Model& model_;
-  std::shared_ptr<comm::ProcessGroup> tp_;
+  std::shared_ptr<comm::ProcessGroup> group_;
   std::vector<nn::ParameterInfo> whole_;
-  std::vector<std::shared_ptr<const nn::InitShard>> shards_;  // per parameter; null: replicated
+  struct Local {
+    int64_t whole_index;
+    std::shared_ptr<const nn::InitShard> shard;  // null: held whole
+    bool provides;                               // this rank supplies it (pieces always do)
+  };
+  std::vector<Local> local_;  // per parameter of the model
   int64_t numel_ = 0;
 };
 

@@ -117,6 +117,8 @@ struct ParallelConfig {
   int64_t mesh_dp;           // parallel.mesh.dp: data-parallel degree; 0 = world / (pp x tp)
   int64_t mesh_pp;           // parallel.mesh.pp: pipeline stages
   int64_t mesh_tp;           // parallel.mesh.tp: tensor-parallel degree
+  int64_t micro_batches;     // pipeline: micro-batches per step on each data-parallel rank
+  std::string pipeline_schedule;  // "1f1b" | "gpipe"
   bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -197,6 +197,9 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::mesh_pp>("mesh.pp", 1, closed(1, 1 << 20), "Pipeline stages of the device mesh: consecutive GPT blocks on different ranks."),
     key<&ParallelConfig::mesh_tp>("mesh.tp", 1, closed(1, 1 << 20), "Tensor-parallel degree of the device mesh: each layer's matrices split across this many ranks."),
 
+    key<&ParallelConfig::micro_batches>("micro_batches", 4, closed(1, 1 << 20), "With pipeline stages (mesh.pp > 1): micro-batches each data-parallel rank's share of a global batch is cut into and streamed through the stages; the bubble is (pp - 1) / (micro_batches + pp - 1) of a step. Gradients accumulate over them (use it instead of train.accum_steps)."),
+    key<&ParallelConfig::pipeline_schedule>("pipeline_schedule", "1f1b", one_of({"1f1b", "gpipe"}), "With pipeline stages: 1f1b (PipeDream-flush: stage s holds at most pp - s micro-batches' activations) or gpipe (all forwards, then all backwards: holds all of them)."),
+
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
     key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),

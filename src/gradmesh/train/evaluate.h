@@ -3,6 +3,7 @@
 
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/data/sample_source.h"
+#include "gradmesh/comm/process_group.h"
 #include "gradmesh/nn/model.h"
 
 namespace gradmesh::train {
@@ -23,6 +24,11 @@ struct EvalResult {
 EvalResult evaluate(nn::Model& model, const data::SampleSource& source, int64_t batch = 1000);
 EvalResult evaluate(nn::Model& model, const data::ImageDataset& dataset, int64_t batch = 1000);
 // The same over samples [begin, end) only (one rank's share of the test set).
+// Rows [begin, end) through a pipeline (`forward`: the pp group, rank =
+// stage; `model` is this rank's stage): each batch goes stage by stage, the
+// last stage scores it, and every stage returns the sums. Collective over `forward`.
+EvalResult evaluate_pipeline_rows(nn::Model& model, const data::SampleSource& source, int64_t begin, int64_t end,
+                                  comm::ProcessGroup& forward, int64_t width, int64_t batch = 1000);
 EvalResult evaluate_rows(nn::Model& model, const data::SampleSource& source, int64_t begin, int64_t end,
                          int64_t batch = 1000);
 

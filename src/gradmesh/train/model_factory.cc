@@ -144,9 +144,30 @@ int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry
   return nn::gpt_parameter_count(gpt_spec(config, input), tensor_parallel);
 }
 
+std::vector<std::pair<std::string, Shape>> gpt_whole_parameters(const ModelConfig& config, const InputGeometry& input) {
+  const std::unique_ptr<nn::Gpt> whole = nn::build_gpt(gpt_spec(config, input));  // descriptions only
+  std::vector<std::pair<std::string, nn::Parameter*>> named;
+  whole->collect_parameters("", named);
+  std::vector<std::pair<std::string, Shape>> out;
+  for (auto& [name, param] : named) out.emplace_back(name, param->shape);
+  return out;
+}
+
+std::vector<parallel::StageBlocks> gpt_stage_split(const ModelConfig& config, const InputGeometry& input, int stages) {
+  const nn::GptSpec spec = gpt_spec(config, input);
+  // Estimated work per token, in multiply-adds: a block's four matrices
+  // (12 C^2) and its attention over the context (2 T C); the head's V x C
+  // matrix and the loss over V. Equal blocks: the head decides where to cut.
+  const double c = static_cast<double>(spec.n_embd), t = static_cast<double>(spec.block_size);
+  const double block = 12 * c * c + 2 * t * c, head = c * static_cast<double>(spec.vocab_size) + 4.0 * spec.vocab_size;
+  return parallel::balance_stages(std::vector<double>(static_cast<size_t>(spec.n_layer), block), stages, 0.0, head,
+                                  "parallel.mesh.pp");
+}
+
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
-                                      nn::ParameterInit values, std::shared_ptr<nn::TensorSplit> split) {
-  if (split && config.kind != "gpt")
+                                      nn::ParameterInit values, std::shared_ptr<nn::TensorSplit> split,
+                                      const nn::GptStage& stage) {
+  if ((split || stage.count > 1) && config.kind != "gpt")
     throw_error(ErrorKind::kConfig, "model.kind", "only the GPT splits its layers for tensor parallelism, got \"" +
                                                       config.kind + "\"");
   count_parameters(config, input);
@@ -155,6 +176,7 @@ std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeo
   if (config.kind == "gpt") {
     nn::GptSpec spec = gpt_spec(config, input);
     spec.split = std::move(split);
+    spec.stage = stage;
     root = nn::build_gpt(spec);
   } else if (config.kind == "mlp") {
     nn::MlpSpec spec;

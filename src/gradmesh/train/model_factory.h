@@ -3,10 +3,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/model.h"
 #include "gradmesh/nn/tensor_split.h"
+#include "gradmesh/parallel/pipeline_schedule.h"
 #include "gradmesh/train/config.h"
 
 namespace gradmesh::train {
@@ -40,9 +44,17 @@ int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
 int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry& input, int tensor_parallel);
 
 // Checks count_parameters first, so an oversized config fails before any allocation.
-// `split` (tensor parallelism) splits a GPT's layers; other models refuse it.
+// `split` (tensor parallelism) splits a GPT's layers and `stage` (pipeline
+// parallelism) builds one stage of it; other models refuse both.
 std::unique_ptr<nn::Model> build_model(const ModelConfig& config, const InputGeometry& input, uint64_t seed,
                                       nn::ParameterInit values = nn::ParameterInit::kNow,
-                                      std::shared_ptr<nn::TensorSplit> split = nullptr);
+                                      std::shared_ptr<nn::TensorSplit> split = nullptr,
+                                      const nn::GptStage& stage = {});
+
+// The whole GPT's parameters (names, shapes) in order, without allocating them.
+std::vector<std::pair<std::string, Shape>> gpt_whole_parameters(const ModelConfig& config, const InputGeometry& input);
+// The GPT's blocks split into `stages` pipeline stages, balanced by an
+// estimate of each block's and the head's work (parallel::balance_stages).
+std::vector<parallel::StageBlocks> gpt_stage_split(const ModelConfig& config, const InputGeometry& input, int stages);
 
 }  // namespace gradmesh::train

@@ -48,31 +48,46 @@ std::string message_of(const std::exception_ptr& error) {
 
 // What a tensor-parallel run cannot be combined with yet; pipeline stages are not trained yet.
 void check_mesh_supported(const Config& config, const parallel::MeshShape& mesh) {
+  if (mesh.pp == 1 && mesh.tp == 1) return;
   const std::string layout = "pp = " + std::to_string(mesh.pp) + ", tp = " + std::to_string(mesh.tp);
-  if (mesh.pp > 1)
-    throw_error(ErrorKind::kConfig, "parallel.mesh",
-                layout + ": training does not run pipeline stages yet; set pp = 1 (docs/model-parallel.md)");
-  if (mesh.tp == 1) return;
+  const char* what = mesh.pp > 1 ? "pipeline stages" : "tensor parallelism";
   auto refuse = [&](const std::string& key, const std::string& why) {
-    throw_error(ErrorKind::kConfig, key, why + " cannot be combined with tensor parallelism (parallel.mesh " + layout +
-                                             ") yet (docs/model-parallel.md)");
+    throw_error(ErrorKind::kConfig, key,
+                why + " cannot be combined with " + what + " (parallel.mesh " + layout + ") yet (docs/model-parallel.md)");
   };
+  if (mesh.pp > 1 && mesh.tp > 1) refuse("parallel.mesh", "tensor parallelism (tp > 1)");
   if (config.model.kind != "gpt") refuse("model.kind", "\"" + config.model.kind + "\" (only the GPT splits its layers)");
   if (config.parallel.zero != 0) refuse("parallel.zero", "ZeRO stage " + std::to_string(config.parallel.zero));
-  if (config.parallel.comm_dtype != "f32") refuse("parallel.comm_dtype", "bf16 gradients");
   if (config.parallel.straggler != "none") refuse("parallel.straggler", "rebalancing");
   if (config.elastic.recovery == "in-process") refuse("elastic.recovery", "in-process recovery");
+  if (mesh.tp > 1 && config.parallel.comm_dtype != "f32") refuse("parallel.comm_dtype", "bf16 gradients");
+  if (mesh.pp == 1) return;
+  // A stage's dropout masks would be keyed by its own layers, not the whole model's.
+  if (config.model.dropout > 0) refuse("model.dropout", "dropout");
+  if (config.train.accum_steps != 1)
+    refuse("train.accum_steps", "gradient accumulation (pipeline stages accumulate over parallel.micro_batches)");
+  if (config.model.n_layer < mesh.pp)
+    throw_error(ErrorKind::kConfig, "parallel.mesh.pp",
+                std::to_string(mesh.pp) + " stages need at least as many blocks, model.n_layer = " +
+                    std::to_string(config.model.n_layer));
+  if (config.train.batch_size / mesh.dp < config.parallel.micro_batches)
+    throw_error(ErrorKind::kConfig, "parallel.micro_batches",
+                std::to_string(config.parallel.micro_batches) + " micro-batches need as many samples on every " +
+                    "data-parallel rank; train.batch_size = " + std::to_string(config.train.batch_size) + " over dp = " +
+                    std::to_string(mesh.dp) + " leaves fewer");
 }
 
-void build_rank_model(const Config& config, PreparedRank& p, std::shared_ptr<nn::TensorSplit> split) {
+void build_rank_model(const Config& config, PreparedRank& p, std::shared_ptr<nn::TensorSplit> split,
+                      const nn::GptStage& stage = {}) {
   const TrainConfig& tc = config.train;
   p.model = build_model(config.model, p.data->geometry, tc.seed,
-                        p.deferred_init ? nn::ParameterInit::kDeferred : nn::ParameterInit::kNow, std::move(split));
+                        p.deferred_init ? nn::ParameterInit::kDeferred : nn::ParameterInit::kNow, std::move(split),
+                        stage);
   if (!tc.init_from.empty()) {
     checkpoint::SafetensorsFile file = checkpoint::read_safetensors(tc.init_from);
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
-    p.model->load_parameters(tensors, tc.init_from);  // a split model takes its pieces
+    p.model->load_parameters(tensors, tc.init_from, /*others_allowed=*/stage.count > 1);  // a split model takes its pieces
   }
 }
 
@@ -149,7 +164,8 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
   PreparedRank p;
   bool split = false;
   try {
-    split = training_mesh(config.parallel, group->size()).tp > 1;
+    const parallel::MeshShape mesh = training_mesh(config.parallel, group->size());
+    split = mesh.tp > 1 || mesh.pp > 1;
     p = prepare(config, group->size(), /*build_model_now=*/!split);
   } catch (const std::exception&) {
     failure = std::current_exception();
@@ -173,11 +189,33 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
   }
   const parallel::MeshGroups groups = parallel::create_mesh_groups(group, parallel::DeviceMesh(p.mesh));
   p.dp_group = groups.dp;
-  p.tp_group = groups.tp;
-  // Every rank builds its pieces from the seed: identical across the dp replicas without a broadcast.
-  on_every_rank(group.get(), [&] { build_rank_model(config, p, std::make_shared<parallel::GroupTensorSplit>(groups.tp)); },
-                "building the tensor-parallel model");
-  p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.tp);
+  if (p.mesh.tp > 1) {
+    p.tp_group = groups.tp;
+    // Every rank builds its pieces from the seed: identical across the dp replicas without a broadcast.
+    on_every_rank(group.get(), [&] { build_rank_model(config, p, std::make_shared<parallel::GroupTensorSplit>(groups.tp)); },
+                  "building the tensor-parallel model");
+    p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.tp);
+    return p;
+  }
+  // Pipeline stages: this rank's blocks, the pp group twice (activations down
+  // one, their gradients up the other, each on its own communication thread,
+  // so a send blocked one way never holds up a receive the other way), and
+  // the first and last stages' group for a tied token table.
+  const int stage = groups.pp->rank(), stages = groups.pp->size();
+  const std::vector<parallel::StageBlocks> split_blocks = gpt_stage_split(config.model, p.data->geometry, stages);
+  p.stage_split = parallel::describe_stages(split_blocks);
+  p.pp_forward = groups.pp;
+  p.pp_backward = groups.pp->new_group([&] {
+    std::vector<int> all(static_cast<size_t>(stages));
+    for (int r = 0; r < stages; ++r) all[static_cast<size_t>(r)] = r;
+    return all;
+  }());
+  if (config.model.tie_weights) p.pp_tied = groups.pp->new_group({0, stages - 1});
+  const nn::GptStage mine{stage, stages, split_blocks[static_cast<size_t>(stage)].begin,
+                          split_blocks[static_cast<size_t>(stage)].end};
+  on_every_rank(group.get(), [&] { build_rank_model(config, p, nullptr, mine); }, "building the pipeline stage");
+  p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.pp,
+                                                       gpt_whole_parameters(config.model, p.data->geometry));
   return p;
 }
 
@@ -244,10 +282,14 @@ void on_every_rank(comm::ProcessGroup* group, const std::function<void()>& part,
 
 PreparedRank prepare_replacement(const Config& config, int world_size) { return prepare(config, world_size); }  // tp = 1: in-process recovery refuses tp > 1
 
-EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group) {
-  if (!multi_rank(group)) return evaluate(model, test_set);
-  const auto [begin, end] = data::rank_slice(test_set.count(), group->rank(), group->size());
-  EvalResult r = evaluate_rows(model, test_set, begin, end);
+EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group,
+                          comm::ProcessGroup* pipeline, int64_t width) {
+  const auto [begin, end] = multi_rank(group) ? data::rank_slice(test_set.count(), group->rank(), group->size())
+                                              : std::pair<int64_t, int64_t>{0, test_set.count()};
+  if (!multi_rank(group))
+    return pipeline ? evaluate_pipeline_rows(model, test_set, begin, end, *pipeline, width) : evaluate(model, test_set);
+  EvalResult r = pipeline ? evaluate_pipeline_rows(model, test_set, begin, end, *pipeline, width)
+                          : evaluate_rows(model, test_set, begin, end);
   Tensor sums = Tensor::from_vector({3}, {static_cast<float>(r.loss_sum), static_cast<float>(r.correct),
                                           static_cast<float>(r.samples)});
   auto work = group->allreduce(sums);

@@ -42,6 +42,12 @@ struct PreparedRank {
   // checkpoints, saved weights and clipping go through. Null otherwise.
   std::shared_ptr<comm::ProcessGroup> tp_group;
   std::unique_ptr<parallel::WholeModelView> whole;
+  // pp > 1: the pp group twice (activations flow down `pp_forward`, their
+  // gradients up `pp_backward`, each on its own communication thread), the
+  // first and last stages' group for a tied token table (null when untied),
+  // and the split of blocks, printed at start.
+  std::shared_ptr<comm::ProcessGroup> pp_forward, pp_backward, pp_tied;
+  std::string stage_split;
   std::shared_ptr<const TrainingData> data;  // data->test null unless train.eval_every_epoch
   StepPlan steps;
   std::unique_ptr<nn::Model> model;
@@ -96,6 +102,8 @@ PreparedRank prepare_replacement(const Config& config, int world_size);
 
 // Each rank evaluates its share of the test set and the sums are all-reduced,
 // so every rank returns the whole test set's loss and accuracy.
-EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group);
+// `pipeline` (pp > 1): the pp group the stages pass activations [rows, T, width] over.
+EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, comm::ProcessGroup* group,
+                          comm::ProcessGroup* pipeline = nullptr, int64_t width = 0);
 
 }  // namespace gradmesh::train

@@ -97,9 +97,97 @@ void StepRunner::update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace*
   if (trace) trace->span("comm", "all-gather parameters", t1, t1 + gathered);
 }
 
+double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
+  using parallel::Phase;
+  const PipelineSetup& pl = *pipeline_;
+  const int stage = pl.forward->rank(), stages = pl.forward->size();
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int64_t rows = batch.images.dim(0), t = batch.images.dim(1), targets = batch.targets_per_sample;
+  const auto denominator = static_cast<float>(batch.global_batch_len * targets);
+  const int m = pl.micro_batches;
+  GRADMESH_CHECK(rows >= m, "a pipeline micro-batch without samples");
+  struct Micro {
+    autograd::Tape tape;
+    autograd::Variable input, output;  // output: activations, or (last stage) the loss
+  };
+  std::vector<Micro> micro(static_cast<size_t>(m));
+  std::vector<std::shared_ptr<comm::Work>> sends;
+  double loss = 0;
+  auto part = [&](int i) { return std::pair<int64_t, int64_t>{rows * i / m, rows * (i + 1) / m}; };
+  for (const parallel::PipelineStep& step : parallel::stage_schedule(pl.schedule, stage, stages, m)) {
+    const int i = step.micro_batch;
+    const auto [lo, hi] = part(i);
+    Micro& mb = micro[static_cast<size_t>(i)];
+    const double t0 = now_seconds();
+    Tensor received;
+    if (step.forward && !first) {
+      received = Tensor::empty({hi - lo, t, pl.width});
+      pl.forward->recv(received, stage - 1, i)->wait_or_throw();
+    } else if (!step.forward && !last) {
+      received = Tensor::empty(mb.output.shape());
+      pl.backward->recv(received, stage + 1, i)->wait_or_throw();
+    }
+    const double t1 = now_seconds();
+    times[Phase::kComm] += t1 - t0;
+    autograd::TapeScope scope(mb.tape);
+    if (step.forward) {
+      nn::forward_context().first_sample = batch.offset_in_batch + lo;
+      mb.input = first ? autograd::Variable(batch.images.slice_flat(lo * t, {hi - lo, t}))
+                       : autograd::Variable(received, /*requires_grad=*/true);
+      autograd::Variable out = model_.forward(mb.input);
+      if (last) {
+        const std::vector<int32_t> labels(batch.labels.begin() + lo * targets, batch.labels.begin() + hi * targets);
+        mb.output = model_.root().loss(out, labels, denominator);
+        loss += mb.output.value().item();
+      } else {
+        mb.output = out;
+        sends.push_back(pl.forward->send(out.value(), stage + 1, i));
+      }
+    } else {
+      if (last) mb.tape.backward(mb.output);
+      else mb.tape.backward_from(mb.output, received);
+      if (!first) sends.push_back(pl.backward->send(mb.input.grad(), stage - 1, i));
+      mb.output = autograd::Variable();  // this micro-batch's activations are freed here
+    }
+    const double t2 = now_seconds();
+    times[step.forward ? Phase::kForward : Phase::kBackward] += t2 - t1;
+    if (trace)
+      trace->span("stage " + std::to_string(stage), std::string(step.forward ? "forward" : "backward") + " mb " +
+                  std::to_string(i), t1, t2);
+  }
+  const double t3 = now_seconds();
+  for (const auto& w : sends) w->wait_or_throw();
+  model_.zero_unwritten_grads();
+  // A tied token table lives on the first and the last stage: both copies get the summed gradient.
+  if (pl.tied != nullptr && pl.tied_offset >= 0) {
+    Tensor grad = model_.flat_grads().slice_flat(pl.tied_offset, {pl.tied_numel});
+    pl.tied->allreduce(grad)->wait_or_throw();
+  }
+  times[Phase::kComm] += now_seconds() - t3;
+  return loss;
+}
+
 double StepRunner::run(const data::Batch& batch, float lr, int64_t step, parallel::PhaseTimes& times,
                        obs::ChromeTrace* trace) {
   using parallel::Phase;
+  if (pipeline_ != nullptr) {
+    model_.zero_grad();
+    const autograd::GradReadyHook hook = begin_reduction();
+    const double loss = run_pipeline(batch, times, trace);
+    set_step_loss(loss);
+    // Every gradient is final now: the data-parallel reduction starts from the last parameter, as backward would.
+    if (hook)
+      for (int i = static_cast<int>(model_.parameters().size()) - 1; i >= 0; --i) hook(i);
+    finish_reduction(times, trace);
+    stop_unless_finite(step, loss);
+    update(lr, times, trace);
+    ++times.steps;
+    times.loss_sum += loss;  // only the last stage has the loss; the others add 0
+    // Every stage reports the step's loss (its share of the batch's) for the progress line.
+    Tensor shared = Tensor::full({1}, static_cast<float>(loss));
+    pipeline_->forward->allreduce(shared)->wait_or_throw();
+    return shared.data()[0];
+  }
   const int64_t rows = batch.images.dim(0), sample = batch.images.numel() / std::max<int64_t>(rows, 1);
   const int64_t micro = config_.train.accum_steps, targets = batch.targets_per_sample;
   // The mean over every target of the global batch (one per image, one per token position).

@@ -16,6 +16,7 @@
 #include "gradmesh/obs/chrome_trace.h"
 #include "gradmesh/optim/optimizer.h"
 #include "gradmesh/parallel/gradient_reducer.h"
+#include "gradmesh/parallel/pipeline_schedule.h"
 #include "gradmesh/parallel/step_phases.h"
 #include "gradmesh/parallel/whole_model_view.h"
 #include "gradmesh/parallel/zero_reducer.h"
@@ -23,15 +24,29 @@
 
 namespace gradmesh::train {
 
+// Pipeline parallelism (parallel.mesh pp > 1): this rank is one stage.
+struct PipelineSetup {
+  comm::ProcessGroup* forward = nullptr;   // the pp group (rank = stage): activations to the next stage
+  comm::ProcessGroup* backward = nullptr;  // the same ranks on their own thread: gradients to the previous stage
+  comm::ProcessGroup* tied = nullptr;      // the first and last stage when the head is tied, else null
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::k1F1B;
+  int micro_batches = 1;
+  int64_t width = 0;                       // n_embd: activations are [rows, T, width]
+  int64_t tied_offset = -1, tied_numel = 0;  // the token table in this stage's flat buffers (tied only)
+};
+
 class StepRunner {
  public:
   // `reducer` and `zero` are null on a single process; with several ranks
   // exactly one is set (`zero`: `optimizer` holds only this rank's shard).
   // All references outlive the runner.
   // `whole` (tensor parallelism): the split model's view, whose gradient norm spans the group.
+  // `pipeline`: this rank is a pipeline stage (its micro-batches follow the schedule).
   StepRunner(nn::Model& model, optim::Optimizer& optimizer, const Config& config, parallel::GradientReducer* reducer,
-             parallel::ZeroReducer* zero = nullptr, const parallel::WholeModelView* whole = nullptr)
-      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer), zero_(zero), whole_(whole) {}
+             parallel::ZeroReducer* zero = nullptr, const parallel::WholeModelView* whole = nullptr,
+             const PipelineSetup* pipeline = nullptr)
+      : model_(model), optimizer_(optimizer), config_(config), reducer_(reducer), zero_(zero), whole_(whole),
+        pipeline_(pipeline) {}
 
   // Trains on this rank's slice of a global batch at learning rate `lr`.
   // Every loss is divided by the global batch length, so summing gradients
@@ -47,6 +62,8 @@ class StepRunner {
              obs::ChromeTrace* trace);
 
  private:
+  // The pipeline's forward and backward passes; returns this stage's loss (0 but on the last).
+  double run_pipeline(const data::Batch& batch, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
   void stop_unless_finite(int64_t step, double loss);
   bool reduces() const { return reducer_ || zero_; }
   autograd::GradReadyHook begin_reduction();
@@ -63,6 +80,7 @@ class StepRunner {
   parallel::GradientReducer* reducer_;
   parallel::ZeroReducer* zero_;
   const parallel::WholeModelView* whole_;
+  const PipelineSetup* pipeline_;
 };
 
 }  // namespace gradmesh::train

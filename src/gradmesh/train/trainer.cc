@@ -138,6 +138,8 @@ class TrainingRun {
   comm::ProcessGroup* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
   void adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp);
+  PipelineSetup pipeline_;  // pp > 1: this rank's stage (pipeline_.forward null otherwise)
+  void set_up_pipeline();
   // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
   bool collective_checkpoints() const { return zero_ != nullptr || prepared_.whole != nullptr; }
   bool leader_;
@@ -181,6 +183,7 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, group_);
   adopt_dp_group(prepared_.dp_group ? prepared_.dp_group : group_);
+  set_up_pipeline();
   // ZeRO's layout decides which elements this rank's optimizer owns, so it comes first.
   if (multi_rank(dp_) && config_.parallel.zero >= 1)
     zero_ = std::make_unique<parallel::ZeroReducer>(model(), dp_group_, zero_options(config_.parallel));
@@ -202,6 +205,21 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   build_step_machinery();
 }
 
+void TrainingRun::set_up_pipeline() {
+  if (!prepared_.pp_forward) return;
+  pipeline_.forward = prepared_.pp_forward.get();
+  pipeline_.backward = prepared_.pp_backward.get();
+  pipeline_.tied = prepared_.pp_tied.get();
+  pipeline_.schedule = parallel::parse_pipeline_schedule(config_.parallel.pipeline_schedule, "parallel.pipeline_schedule");
+  pipeline_.micro_batches = static_cast<int>(config_.parallel.micro_batches);
+  pipeline_.width = config_.model.n_embd;
+  for (const nn::ParameterInfo& p : model().parameters())
+    if (p.name == "transformer.wte.weight" && pipeline_.tied) {
+      pipeline_.tied_offset = p.offset;
+      pipeline_.tied_numel = p.numel;
+    }
+}
+
 void TrainingRun::adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp) {
   dp_group_ = std::move(dp);
   dp_ = dp_group_.get();
@@ -217,7 +235,7 @@ void TrainingRun::build_step_machinery() {
     reducer_ = std::make_unique<parallel::GradientReducer>(model(), dp_group_, reducer_options(config_.parallel));
   loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get(),
-                                         prepared_.whole.get());
+                                         prepared_.whole.get(), pipeline_.forward ? &pipeline_ : nullptr);
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
   if (multi_rank(dp_) && config_.parallel.straggler == "rebalance")
@@ -362,6 +380,9 @@ void TrainingRun::announce() {
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : "") +
                     (zero_ ? ", ZeRO stage " + std::to_string(zero_->stage()) : ""));
   if (multi_rank(world_)) progress_.message("mesh: " + parallel::DeviceMesh(prepared_.mesh).describe());
+  if (pipeline_.forward)
+    progress_.message("pipeline: " + prepared_.stage_split + "; " + config_.parallel.pipeline_schedule + ", " +
+                      std::to_string(pipeline_.micro_batches) + " micro-batches per step");
   progress_.message(memory_message(prepared_.memory, prepared_.memory_limit));
   if (metrics_) metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
 }
@@ -565,7 +586,7 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   // gathers would not pair up; evaluation runs on the whole parameters.
   gather_full_parameters();
   nn::forward_context().unit_hooks = nullptr;
-  const EvalResult r = evaluate_world(model(), *prepared_.data->test, dp_);
+  const EvalResult r = evaluate_world(model(), *prepared_.data->test, dp_, pipeline_.forward, pipeline_.width);
   nn::forward_context().unit_hooks = param_shards_.get();
   release_full_parameters();
   resilience_.touch();
