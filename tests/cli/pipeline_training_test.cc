@@ -106,6 +106,19 @@ TEST_F(PipelineTraining, CheckpointsHoldTheWholeModelAndResumeUnderAnyLayout) {
   EXPECT_EQ(compare_runs(weights("four"), weights("full")), "");
 }
 
+// Activations of 1 MiB per micro-batch span several of shm's 256 KiB mailbox
+// chunks, so a send waits for its receiver: sends must never block a stage's
+// own thread (they once ran inline there and deadlocked 1F1B: each stage
+// sending while the other waited for its gradient).
+TEST_F(PipelineTraining, ActivationsLargerThanTheMailboxStreamWithoutDeadlock) {
+  const std::string big = " --set model.n_embd=256 --set model.n_head=4 --set model.block_size=128"
+                          " --set train.batch_size=32 --set train.max_steps=2 --set parallel.timeout_s=60";
+  for (int pp : {2, 4}) {
+    const std::string n = std::to_string(pp);
+    train_ok("big" + n, big + " --set parallel.mesh.pp=" + n + " --nproc-per-node " + n);
+  }
+}
+
 TEST_F(PipelineTraining, WhatPipelinesCannotRunIsAConfigErrorNamingTheKey) {
   struct Case {
     std::string extra, key;

@@ -204,12 +204,12 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
   const int stage = groups.pp->rank(), stages = groups.pp->size();
   const std::vector<parallel::StageBlocks> split_blocks = gpt_stage_split(config.model, p.data->geometry, stages);
   p.stage_split = parallel::describe_stages(split_blocks);
-  p.pp_forward = groups.pp;
-  p.pp_backward = groups.pp->new_group([&] {
-    std::vector<int> all(static_cast<size_t>(stages));
-    for (int r = 0; r < stages; ++r) all[static_cast<size_t>(r)] = r;
-    return all;
-  }());
+  // Groups of their own: with dp = 1 the pp group is the world, whose other
+  // collectives (votes, phase times) must not interleave with the stages' messages.
+  std::vector<int> all(static_cast<size_t>(stages));
+  for (int r = 0; r < stages; ++r) all[static_cast<size_t>(r)] = r;
+  p.pp_forward = groups.pp->new_group(all);
+  p.pp_backward = groups.pp->new_group(all);
   if (config.model.tie_weights) p.pp_tied = groups.pp->new_group({0, stages - 1});
   const nn::GptStage mine{stage, stages, split_blocks[static_cast<size_t>(stage)].begin,
                           split_blocks[static_cast<size_t>(stage)].end};

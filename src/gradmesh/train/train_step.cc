@@ -112,6 +112,10 @@ double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& 
   };
   std::vector<Micro> micro(static_cast<size_t>(m));
   std::vector<std::shared_ptr<comm::Work>> sends;
+  // Sends run on the groups' communication threads: a send that waits for its
+  // receiver must never hold up this thread, which the receiver may be waiting on.
+  comm::CollectiveOptions in_background;
+  in_background.background = true;
   double loss = 0;
   auto part = [&](int i) { return std::pair<int64_t, int64_t>{rows * i / m, rows * (i + 1) / m}; };
   for (const parallel::PipelineStep& step : parallel::stage_schedule(pl.schedule, stage, stages, m)) {
@@ -141,12 +145,12 @@ double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& 
         loss += mb.output.value().item();
       } else {
         mb.output = out;
-        sends.push_back(pl.forward->send(out.value(), stage + 1, i));
+        sends.push_back(pl.forward->send(out.value(), stage + 1, i, in_background));
       }
     } else {
       if (last) mb.tape.backward(mb.output);
       else mb.tape.backward_from(mb.output, received);
-      if (!first) sends.push_back(pl.backward->send(mb.input.grad(), stage - 1, i));
+      if (!first) sends.push_back(pl.backward->send(mb.input.grad(), stage - 1, i, in_background));
       mb.output = autograd::Variable();  // this micro-batch's activations are freed here
     }
     const double t2 = now_seconds();
