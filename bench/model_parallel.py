@@ -5,7 +5,8 @@ training throughput of each layout of the same GPT, beside one process.
 The model and run are bench/zero_memory.py's: examples/gpt.toml scaled to
 8 blocks, 8 heads, 512 wide (25.3 M parameters, AdamW), batch 8 windows of
 128 characters, one thread per rank, shm. Layouts: one process; data
-parallelism on 2 ranks; tensor parallelism on 2 ranks (tp = 2); ZeRO stage 3
+parallelism on 2 ranks; tensor parallelism on 2 ranks (tp = 2); 2 pipeline
+stages (pp = 2, 1F1B over 4 micro-batches of 2 windows); ZeRO stage 3
 on 2 ranks (for comparison: it shards the same state differently); and
 dp 2 x tp 2 on 4 ranks. Memory: the largest rank's ru_maxrss. Throughput:
 tokens/s over the steps after the first (train_seconds of a run of
@@ -28,6 +29,7 @@ LAYOUTS = [  # (name, ranks, extra config)
     ("one process", 1, []),
     ("dp = 2", 2, []),
     ("tp = 2", 2, ["parallel.mesh.tp=2"]),
+    ("pp = 2 (1F1B, 4 micro-batches)", 2, ["parallel.mesh.pp=2"]),
     ("dp = 2, ZeRO stage 3", 2, ["parallel.zero=3"]),
     ("dp 2 x tp 2", 4, ["parallel.mesh.tp=2"]),
 ]
