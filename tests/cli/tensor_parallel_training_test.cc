@@ -111,10 +111,11 @@ TEST_F(TensorParallelTraining, LayoutsTrainingCannotRunAreConfigErrors) {
     std::string extra, key;
   };
   for (const Case& c : {Case{" --set parallel.mesh.tp=2 --set parallel.zero=1", "parallel.zero"},
-                        Case{" --set parallel.mesh.pp=2", "parallel.mesh"},
+                        Case{" --set parallel.mesh.pp=2 --set parallel.mesh.tp=2 --nproc-per-node 4", "parallel.mesh"},
                         Case{" --set parallel.mesh.tp=3", "parallel.mesh"},
                         Case{" --set parallel.mesh.tp=2 --set model.n_head=3 --set model.n_embd=33", "model.n_head"}}) {
-    const CommandResult r = ws_.train("bad", " --set train.max_steps=2" + c.extra + " --nproc-per-node 2");
+    const std::string nproc = c.extra.find("--nproc-per-node") == std::string::npos ? " --nproc-per-node 2" : "";
+    const CommandResult r = ws_.train("bad", " --set train.max_steps=2" + c.extra + nproc);
     EXPECT_NE(r.exit_code, 0) << c.extra;
     EXPECT_NE(r.err.find(c.key), std::string::npos) << c.extra << ": " << r.err;
   }
