@@ -14,6 +14,8 @@
 // plain data parallelism on 2 ranks differs by 1.1e-3 on a like run.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "gradmesh/checkpoint/safetensors.h"
@@ -69,12 +71,14 @@ TEST_F(PipelineTraining, EveryScheduleAndLayoutTrainsTheWeightsOfOneProcess) {
   struct Layout {
     const char* id;
     std::string extra, split;
+    int ranks, stages;
   };
   for (const Layout& l :
-       {Layout{"pp2", " --set parallel.mesh.pp=2 --nproc-per-node 2", "stage 0: blocks 0-1 (+ embeddings), stage 1: blocks 2-3 (+ head); 1f1b"},
-        Layout{"pp4", " --set parallel.mesh.pp=4 --nproc-per-node 4", "stage 3: blocks 3 (+ head); 1f1b, 4 micro-batches"},
-        Layout{"gpipe", " --set parallel.mesh.pp=2 --set parallel.pipeline_schedule=gpipe --nproc-per-node 2", "; gpipe"},
-        Layout{"dp2pp2", " --set parallel.mesh.pp=2 --nproc-per-node 4", "1f1b"}}) {
+       {Layout{"pp2", " --set parallel.mesh.pp=2 --set output.report=true --nproc-per-node 2",
+               "stage 0: blocks 0-1 (+ embeddings), stage 1: blocks 2-3 (+ head); 1f1b", 2, 2},
+        Layout{"pp4", " --set parallel.mesh.pp=4 --nproc-per-node 4", "stage 3: blocks 3 (+ head); 1f1b, 4 micro-batches", 4, 4},
+        Layout{"gpipe", " --set parallel.mesh.pp=2 --set parallel.pipeline_schedule=gpipe --nproc-per-node 2", "; gpipe", 2, 2},
+        Layout{"dp2pp2", " --set parallel.mesh.pp=2 --nproc-per-node 4", "1f1b", 4, 2}}) {
     const CommandResult r = train_ok(l.id, eval + l.extra);
     EXPECT_NE(r.err.find("pipeline: "), std::string::npos) << l.id << ": " << r.err;
     EXPECT_NE(r.err.find(l.split), std::string::npos) << l.id << ": " << r.err;
@@ -84,7 +88,20 @@ TEST_F(PipelineTraining, EveryScheduleAndLayoutTrainsTheWeightsOfOneProcess) {
     const double loss = last_metrics_line(ws_.file(std::string("runs/") + l.id), "summary")["final_train_loss"];
     const double one = last_metrics_line(ws_.file("runs/one"), "summary")["final_train_loss"];
     EXPECT_NEAR(loss, one, 1e-4 * one) << l.id;
+    // The bubble: each rank's idle share, and the textbook figure for 4 micro-batches.
+    const nlohmann::json summary = last_metrics_line(ws_.file(std::string("runs/") + l.id), "summary");
+    ASSERT_EQ(summary["pipeline_bubble_per_rank"].size(), static_cast<size_t>(l.ranks)) << summary.dump();
+    for (const auto& b : summary["pipeline_bubble_per_rank"]) {
+      EXPECT_GE(b.get<double>(), 0.0) << summary.dump();
+      EXPECT_LT(b.get<double>(), 1.0) << summary.dump();
+    }
+    EXPECT_DOUBLE_EQ(summary["pipeline_bubble_textbook"].get<double>(), (l.stages - 1.0) / (4.0 + l.stages - 1.0));
   }
+  EXPECT_FALSE(last_metrics_line(ws_.file("runs/one"), "summary").contains("pipeline_bubble_per_rank"));
+  std::ifstream report(ws_.file("runs/pp2/report.html"));
+  const std::string html((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("pipeline bubble"), std::string::npos);
+  EXPECT_NE(html.find("(p-1)/(m+p-1) = 0.200"), std::string::npos);
 }
 
 TEST_F(PipelineTraining, CheckpointsHoldTheWholeModelAndResumeUnderAnyLayout) {

@@ -68,12 +68,13 @@ double PhaseTimes::total() const {
 std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const PhaseTimes& mine) {
   if (!group || group->size() == 1) return {mine};
   const int n = group->size();
-  constexpr int kFields = kPhaseCount + 3;
+  constexpr int kFields = kPhaseCount + 4;
   Tensor local = Tensor::empty({kFields});
   for (int p = 0; p < kPhaseCount; ++p) local.data()[p] = static_cast<float>(mine.seconds[static_cast<size_t>(p)]);
   local.data()[kPhaseCount] = static_cast<float>(mine.steps);
   local.data()[kPhaseCount + 1] = static_cast<float>(mine.loss_sum);
   local.data()[kPhaseCount + 2] = static_cast<float>(mine.samples);  // exact below 2^24 per log interval
+  local.data()[kPhaseCount + 3] = static_cast<float>(mine.pipeline_seconds);
   Tensor all = Tensor::empty({n * kFields});
   auto work = group->allgather(local, all);
   work->wait_or_throw();
@@ -84,6 +85,7 @@ std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup* group, const Phas
     out[static_cast<size_t>(r)].steps = static_cast<int64_t>(src[kPhaseCount]);
     out[static_cast<size_t>(r)].loss_sum = src[kPhaseCount + 1];
     out[static_cast<size_t>(r)].samples = static_cast<int64_t>(src[kPhaseCount + 2]);
+    out[static_cast<size_t>(r)].pipeline_seconds = src[kPhaseCount + 3];
   }
   return out;
 }

@@ -24,6 +24,9 @@ struct PhaseTimes {
   int64_t steps = 0;
   int64_t samples = 0;  // samples this rank computed (its slices), for its throughput
   double loss_sum = 0;  // this rank's share of the summed step losses (gathered with the times)
+  // A pipeline stage: seconds from the start of a step's first pass (its
+  // wait for the first activations included) to the end of its last pass.
+  double pipeline_seconds = 0;
   double& operator[](Phase p) { return seconds[static_cast<size_t>(p)]; }
   double operator[](Phase p) const { return seconds[static_cast<size_t>(p)]; }
   double total() const;

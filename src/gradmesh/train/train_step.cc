@@ -118,6 +118,7 @@ double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& 
   in_background.background = true;
   double loss = 0;
   auto part = [&](int i) { return std::pair<int64_t, int64_t>{rows * i / m, rows * (i + 1) / m}; };
+  const double pipeline_start = now_seconds();
   for (const parallel::PipelineStep& step : parallel::stage_schedule(pl.schedule, stage, stages, m)) {
     const int i = step.micro_batch;
     const auto [lo, hi] = part(i);
@@ -160,6 +161,7 @@ double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& 
                   std::to_string(i), t1, t2);
   }
   const double t3 = now_seconds();
+  times.pipeline_seconds += t3 - pipeline_start;
   for (const auto& w : sends) w->wait_or_throw();
   model_.zero_unwritten_grads();
   // A tied token table lives on the first and the last stage: both copies get the summed gradient.

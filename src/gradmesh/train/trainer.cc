@@ -139,6 +139,8 @@ class TrainingRun {
   int dp_rank_ = 0, dp_size_ = 1;
   void adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp);
   PipelineSetup pipeline_;  // pp > 1: this rank's stage (pipeline_.forward null otherwise)
+  std::vector<double> bubble_busy_;  // per rank: forward + backward seconds over the logged intervals
+  double bubble_window_ = 0;         // the longest stage's pipeline seconds, summed over the intervals
   void set_up_pipeline();
   // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
   bool collective_checkpoints() const { return zero_ != nullptr || prepared_.whole != nullptr; }
@@ -519,6 +521,15 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
   double loss_sum = 0;
   for (const PhaseTimes& t : ranks) loss_sum += t.loss_sum;
   loss_sum /= prepared_.mesh.tp;  // the ranks of a tensor-parallel group each report the same loss
+  if (pipeline_.forward) {
+    // Ranks start a step together (the one before ended in collectives), so the
+    // longest stage's window is the pipeline's: until stage 0's last backward.
+    double window = 0;
+    for (const PhaseTimes& t : ranks) window = std::max(window, t.pipeline_seconds);
+    bubble_busy_.resize(ranks.size(), 0.0);
+    for (size_t r = 0; r < ranks.size(); ++r) bubble_busy_[r] += ranks[r][Phase::kForward] + ranks[r][Phase::kBackward];
+    bubble_window_ += window;
+  }
   s_.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.window.steps, 1));
   const double now = now_seconds();
   const double rate = static_cast<double>(s_.window_samples) / std::max(now - s_.window_start, 1e-9);
@@ -629,6 +640,11 @@ void TrainingRun::summarize() {
     for (double ms : row) total += ms;
     comm_share += total > 0 ? row[static_cast<size_t>(Phase::kComm)] / total : 0.0;
   }
+  if (pipeline_.forward && bubble_window_ > 0) {
+    for (double busy : bubble_busy_) summary_.pipeline_bubble_per_rank.push_back(1.0 - busy / bubble_window_);
+    const double p = prepared_.mesh.pp, m = pipeline_.micro_batches;
+    summary_.pipeline_bubble_textbook = (p - 1) / (m + p - 1);
+  }
   summary_.exposed_comm_share =
       phases.ms_per_step.empty() ? 0 : comm_share / static_cast<double>(phases.ms_per_step.size());
   if (checkpointer_) {
@@ -649,6 +665,9 @@ void TrainingRun::write_summary_line() {
                                                                       s.peak_rss_bytes_per_rank.end())))
       .add("peak_rss_bytes_per_rank", s.peak_rss_bytes_per_rank);
   if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);
+  if (!s.pipeline_bubble_per_rank.empty())
+    line.add("pipeline_bubble_per_rank", s.pipeline_bubble_per_rank)
+        .add("pipeline_bubble_textbook", s.pipeline_bubble_textbook);
   if (checkpointer_ && checkpointer_->saves() > 0) {
     const checkpoint::CheckpointStats c = checkpointer_->stats();
     line.add("checkpoints_saved", c.saved).add("checkpoints_failed", c.failed)
@@ -669,6 +688,20 @@ void TrainingRun::write_report() {
   report_.add_fact("throughput", rate);
   if (s.evaluated) report_.add_fact("final test accuracy", std::to_string(s.test_accuracy));
   report_.add_fact("exposed communication", std::to_string(s.exposed_comm_share * 100).substr(0, 5) + "% of step time");
+  if (!s.pipeline_bubble_per_rank.empty()) {
+    double mean = 0;
+    std::string per_rank;
+    char value[32];
+    for (double b : s.pipeline_bubble_per_rank) {
+      mean += b / static_cast<double>(s.pipeline_bubble_per_rank.size());
+      std::snprintf(value, sizeof value, "%s%.3f", per_rank.empty() ? "" : " ", b);
+      per_rank += value;
+    }
+    char fact[160];
+    std::snprintf(fact, sizeof fact, "%.3f idle per stage, mean of ranks (%s); (p-1)/(m+p-1) = %.3f", mean,
+                  per_rank.c_str(), s.pipeline_bubble_textbook);
+    report_.add_fact("pipeline bubble", fact);
+  }
   report_.write(s.run_dir + "/report.html", "gradmesh run " + s.run_dir);
 }
 

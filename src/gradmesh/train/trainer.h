@@ -34,6 +34,11 @@ struct TrainSummary {
   double tokens_per_s = 0;     // global, language models only (samples_per_s * block_size)
   double gemm_gflops_per_s = 0;  // this rank's GEMM work in the step loop / train_seconds
   double exposed_comm_share = 0;  // mean over ranks of time waiting for gradients / step time
+  // Pipeline stages (rank 0's view over the logged intervals): each rank's
+  // idle share of the pipeline's window (1 - its forward and backward time /
+  // the longest stage's window), and (p - 1) / (m + p - 1). Empty / 0 otherwise.
+  std::vector<double> pipeline_bubble_per_rank;
+  double pipeline_bubble_textbook = 0;
   double final_train_loss = 0;
   double test_loss = 0;
   double test_accuracy = 0;
