@@ -18,7 +18,6 @@
 #include <iterator>
 #include <map>
 
-#include "gradmesh/checkpoint/safetensors.h"
 #include "train/zero_runs.h"
 
 namespace gradmesh::testing {
@@ -26,23 +25,8 @@ namespace {
 
 constexpr double kRelativeTolerance = 2e-3;
 
-std::map<std::string, std::vector<float>> named_weights(const std::string& path) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& t : checkpoint::read_safetensors(path).tensors) out[t.name] = t.tensor.to_vector();
-  return out;
-}
-
 std::string compare_runs(const std::string& a_path, const std::string& b_path) {
-  const auto a = named_weights(a_path), b = named_weights(b_path);
-  if (a.size() != b.size()) return "the files hold different tensors";
-  std::string out;
-  for (const auto& [name, values] : a) {
-    const auto other = b.find(name);
-    if (other == b.end()) return "missing " + name;
-    const double diff = relative_difference(values, other->second);
-    if (!(diff <= kRelativeTolerance)) out += name + " differs by " + std::to_string(diff) + "\n";
-  }
-  return out;
+  return compare_weight_files(a_path, b_path, kRelativeTolerance);
 }
 
 // Four blocks, a batch of 8 in 4 micro-batches; evaluation on 40 windows.

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,28 @@ inline nlohmann::json last_metrics_line(const std::string& run_dir, const std::s
     if (j["type"] == type) last = j;
   }
   return last;
+}
+
+// Every tensor of a safetensors file by name.
+inline std::map<std::string, std::vector<float>> named_weights(const std::string& path) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& t : checkpoint::read_safetensors(path).tensors) out[t.name] = t.tensor.to_vector();
+  return out;
+}
+
+// "" when every tensor of two weight files agrees within `tolerance` of its
+// largest magnitude (relative_difference), else one line per tensor that does not.
+inline std::string compare_weight_files(const std::string& a_path, const std::string& b_path, double tolerance) {
+  const auto a = named_weights(a_path), b = named_weights(b_path);
+  if (a.size() != b.size()) return "the files hold different tensors";
+  std::string out;
+  for (const auto& [name, values] : a) {
+    const auto other = b.find(name);
+    if (other == b.end()) return "missing " + name;
+    const double diff = relative_difference(values, other->second);
+    if (!(diff <= tolerance)) out += name + " differs by " + std::to_string(diff) + "\n";
+  }
+  return out;
 }
 
 }  // namespace gradmesh::testing
