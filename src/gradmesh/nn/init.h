@@ -60,6 +60,14 @@ struct InitSpec {
   int64_t index = -1;
 };
 
+// A layer's weight of `kind` with these fans, and its bias: PyTorch
+// initialises biases from U(+-1/sqrt(fan_in)) by default; other schemes
+// start them at zero.
+inline InitSpec weight_init(InitKind kind, int64_t fan_in, int64_t fan_out) { return {kind, fan_in, fan_out}; }
+inline InitSpec bias_init(InitKind weight_kind, int64_t fan_in) {
+  return {weight_kind == InitKind::kPytorchDefault ? InitKind::kPytorchDefault : InitKind::kZeros, fan_in, 1};
+}
+
 // Fills `t` (float32) as `spec` says, drawing from CounterRng(seed, kInit, param_index).
 void initialize(Tensor& t, const InitSpec& spec, uint64_t seed, uint64_t param_index);
 // Elements [first, first + count) of that parameter only, into `data`: the

@@ -5,12 +5,6 @@
 namespace gradmesh::nn {
 namespace {
 
-InitSpec weight_init(InitKind kind, int64_t fan_in, int64_t fan_out) { return {kind, fan_in, fan_out}; }
-
-// PyTorch initialises biases from U(+-1/sqrt(fan_in)) by default; other schemes start them at zero.
-InitSpec bias_init(InitKind weight_kind, int64_t fan_in) {
-  return {weight_kind == InitKind::kPytorchDefault ? InitKind::kPytorchDefault : InitKind::kZeros, fan_in, 1};
-}
 
 void require_positive(const char* layer, const char* what, int64_t value) {
   if (value < 1)

@@ -11,7 +11,6 @@
 // the values start as that piece of the unsplit init (nn::InitShard).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -29,10 +28,6 @@ class TensorSplit {
   virtual ~TensorSplit() = default;
   virtual int degree() const = 0;  // ranks in the group
   virtual int index() const = 0;   // this rank's place in it
-
-  // [begin, end) of n items that this rank keeps (balanced: the first
-  // n % degree ranks keep one more).
-  std::pair<int64_t, int64_t> part(int64_t n) const;
 
   // Linear layers with their output features split (`row_blocks` equal blocks
   // split separately: attention's packed q, k, v) or their input features split.
@@ -57,11 +52,5 @@ class TensorSplit {
   // The global argmax of each row of split logits.
   virtual void argmax_rows(const autograd::Variable& local_logits, int32_t* out) = 0;
 };
-
-inline std::pair<int64_t, int64_t> TensorSplit::part(int64_t n) const {
-  const int64_t d = degree(), i = index(), base = n / d, extra = n % d;
-  const int64_t begin = i * base + std::min(i, extra);
-  return {begin, begin + base + (i < extra ? 1 : 0)};
-}
 
 }  // namespace gradmesh::nn

@@ -114,10 +114,6 @@ std::pair<int64_t, int64_t> balanced_part(int64_t n, int parts, int index) {
 
 namespace {
 
-nn::InitSpec default_weight_init(nn::InitKind kind, int64_t in, int64_t out) { return {kind, in, out}; }
-nn::InitSpec default_bias_init(nn::InitKind kind, int64_t in) {
-  return {kind == nn::InitKind::kPytorchDefault ? nn::InitKind::kPytorchDefault : nn::InitKind::kZeros, in, 1};
-}
 
 nn::InitSpec sharded(nn::InitSpec spec, const std::shared_ptr<const nn::InitShard>& shard) {
   spec.shard = shard;
@@ -155,8 +151,8 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
   b->row_ranges = w->row_ranges;
   weight_shard_ = w;
   bias_shard_ = b;
-  weight_ = &add_parameter("weight", {local_out_, in_}, sharded(default_weight_init(init, in_, out_), w));
-  bias_ = bias ? &add_parameter("bias", {local_out_}, sharded(default_bias_init(init, in_), b)) : nullptr;
+  weight_ = &add_parameter("weight", {local_out_, in_}, sharded(nn::weight_init(init, in_, out_), w));
+  bias_ = bias ? &add_parameter("bias", {local_out_}, sharded(nn::bias_init(init, in_), b)) : nullptr;
 }
 
 void ColumnParallelLinear::set_init(const nn::InitSpec& weight, const nn::InitSpec& bias) {
@@ -194,8 +190,8 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features,
   w->cols = local_in_;
   w->row_ranges = {{0, out_}};
   weight_shard_ = w;
-  weight_ = &add_parameter("weight", {out_, local_in_}, sharded(default_weight_init(init, in_, out_), w));
-  bias_ = bias ? &add_parameter("bias", {out_}, default_bias_init(init, in_)) : nullptr;
+  weight_ = &add_parameter("weight", {out_, local_in_}, sharded(nn::weight_init(init, in_, out_), w));
+  bias_ = bias ? &add_parameter("bias", {out_}, nn::bias_init(init, in_)) : nullptr;
 }
 
 void RowParallelLinear::set_init(const nn::InitSpec& weight, const nn::InitSpec& bias) {

@@ -286,10 +286,9 @@ EvalResult evaluate_world(nn::Model& model, const data::SampleSource& test_set, 
                           comm::ProcessGroup* pipeline, int64_t width) {
   const auto [begin, end] = multi_rank(group) ? data::rank_slice(test_set.count(), group->rank(), group->size())
                                               : std::pair<int64_t, int64_t>{0, test_set.count()};
-  if (!multi_rank(group))
-    return pipeline ? evaluate_pipeline_rows(model, test_set, begin, end, *pipeline, width) : evaluate(model, test_set);
   EvalResult r = pipeline ? evaluate_pipeline_rows(model, test_set, begin, end, *pipeline, width)
                           : evaluate_rows(model, test_set, begin, end);
+  if (!multi_rank(group)) return r;
   Tensor sums = Tensor::from_vector({3}, {static_cast<float>(r.loss_sum), static_cast<float>(r.correct),
                                           static_cast<float>(r.samples)});
   auto work = group->allreduce(sums);

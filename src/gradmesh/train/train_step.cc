@@ -189,7 +189,10 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     update(lr, times, trace);
     ++times.steps;
     times.loss_sum += loss;  // only the last stage has the loss; the others add 0
-    // Every stage reports the step's loss (its share of the batch's) for the progress line.
+    // Until the first log interval the progress line shows the returned loss
+    // (on rank 0, the first stage): share it then, and only then, since the
+    // log intervals gather the losses anyway.
+    if (step >= config_.train.log_every) return loss;
     Tensor shared = Tensor::full({1}, static_cast<float>(loss));
     pipeline_->forward->allreduce(shared)->wait_or_throw();
     return shared.data()[0];

@@ -52,7 +52,8 @@ class StepRunner {
   // Every loss is divided by the global batch length, so summing gradients
   // (and losses) over ranks and micro-batches gives exact batch means. Adds
   // the phase times to `times` and spans to `trace` (may be null). Returns
-  // this rank's share of the batch loss (the sum over ranks is the batch loss).
+  // this rank's share of the batch loss (the sum over ranks is the batch loss;
+  // a pipeline stage before step train.log_every: the step's whole loss, shared by the stages).
   //
   // A loss that is not finite on any rank stops the step before the
   // optimizer touches the weights: every rank throws the same Error

@@ -64,11 +64,11 @@ checkpoint::Snapshot take_sharded_snapshot(const nn::Model& model, optim::Optimi
   return snapshot;
 }
 
-void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model) {
+void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, bool others_allowed) {
   const checkpoint::SafetensorsFile weights = loaded.read_tensor_file(kModelFile);
   std::vector<std::pair<std::string, Tensor>> named;
   for (const checkpoint::NamedTensor& t : weights.tensors) named.emplace_back(t.name, t.tensor);
-  model.load_parameters(named, loaded.path + "/" + kModelFile);
+  model.load_parameters(named, loaded.path + "/" + kModelFile, others_allowed);
 }
 
 void restore_state(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, optim::Optimizer& optimizer) {
@@ -116,11 +116,7 @@ checkpoint::Snapshot take_whole_snapshot(const parallel::WholeModelView& view, n
 void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const parallel::WholeModelView& view,
                          nn::Model& model, optim::Optimizer& optimizer) {
   // A split parameter takes its piece of the whole tensor; a pipeline stage its parameters of the whole model.
-  const checkpoint::SafetensorsFile weights = loaded.read_tensor_file(kModelFile);
-  std::vector<std::pair<std::string, Tensor>> named;
-  for (const checkpoint::NamedTensor& t : weights.tensors) named.emplace_back(t.name, t.tensor);
-  model.load_parameters(named, loaded.path + "/" + kModelFile,
-                        /*others_allowed=*/view.parameters().size() != model.parameters().size());
+  restore_weights(loaded, model, /*others_allowed=*/view.parameters().size() != model.parameters().size());
   const checkpoint::ConsolidatedOptimizerState whole = checkpoint::consolidate_optimizer_state(loaded, view.numel());
   if (whole.optimizer != optimizer.name())
     throw_error(ErrorKind::kFormat, loaded.path,

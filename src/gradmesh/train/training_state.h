@@ -48,8 +48,9 @@ checkpoint::Snapshot take_sharded_snapshot(const nn::Model& model, optim::Optimi
 // before the first step). The checkpoint may be whole or sharded, of any
 // world size; `optimizer` may be built over any groups (restore_optimizer).
 void restore_state(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, optim::Optimizer& optimizer);
-// The weights alone (model.safetensors).
-void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model);
+// The weights alone (model.safetensors). `others_allowed`: the file may hold
+// parameters this model does not (a pipeline stage reads its part).
+void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, bool others_allowed = false);
 
 // Collective with several ranks: continue from `loaded` (rank 0's; nullopt
 // there: a fresh start). Rank 0 restores the weights and its optimizer
