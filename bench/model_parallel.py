@@ -52,8 +52,11 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([args.gradmesh, "data", "prepare-text", "--vocab", "char", "--output", f"{tmp}/tokens"],
                        check=True, stdout=subprocess.DEVNULL)
-        print("| layout | ranks | params per rank (MiB) | estimate (MiB) | peak RSS per rank (MiB) | tokens/s | vs one process |")
-        print("|---|---|---|---|---|---|---|")
+        # The sides differ in cores: one process uses one core, N ranks share this machine's cores.
+        cores = os.cpu_count()
+        print("| layout | ranks (1 thread each) | cores used | params per rank (MiB) | estimate (MiB) "
+              "| peak RSS per rank (MiB) | tokens/s | vs one process (1 core) |")
+        print("|---|---|---|---|---|---|---|---|")
         base = None
         for i, (name, ranks, extra) in enumerate(LAYOUTS):
             memory, peaks = run(args.gradmesh, tmp, f"l{i}s", ranks, extra, args.steps)
@@ -62,7 +65,7 @@ def main():
             first = zero_memory_summary(tmp, f"l{i}o", ranks, extra)
             tokens = (args.steps - 1) * 8 * 128 / (full["train_seconds"] - first["train_seconds"])
             base = base or tokens
-            print(f"| {name} | {ranks} | {memory['params_bytes'] / MIB:.1f} | {memory['estimate_bytes'] / MIB:.1f} "
+            print(f"| {name} | {ranks} | {min(ranks, cores)} of {cores} | {memory['params_bytes'] / MIB:.1f} | {memory['estimate_bytes'] / MIB:.1f} "
                   f"| {max(peaks) / MIB:.1f} | {tokens:.0f} | {tokens / base:.2f}x |", flush=True)
 
 
