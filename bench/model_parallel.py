@@ -8,7 +8,9 @@ The model and run are bench/zero_memory.py's: examples/gpt.toml scaled to
 parallelism on 2 ranks; tensor parallelism on 2 ranks (tp = 2); 2 pipeline
 stages (pp = 2, 1F1B over 4 micro-batches of 2 windows); ZeRO stage 3
 on 2 ranks (for comparison: it shards the same state differently); and
-dp 2 x tp 2 on 4 ranks. Memory: the largest rank's ru_maxrss. Throughput:
+on 4 ranks dp 2 x tp 2, pp 2 x tp 2, and ZeRO on the dp groups of
+dp 2 x pp 2 (stage 1) and dp 2 x tp 2 (stage 2). The estimate is the one
+each run prints at start, for its largest rank. Memory: the largest rank's ru_maxrss. Throughput:
 tokens/s over the steps after the first (train_seconds of a run of
 `--steps` minus one of 1 step, so start-up and the first step's allocations
 are left out).
@@ -32,6 +34,9 @@ LAYOUTS = [  # (name, ranks, extra config)
     ("pp = 2 (1F1B, 4 micro-batches)", 2, ["parallel.mesh.pp=2"]),
     ("dp = 2, ZeRO stage 3", 2, ["parallel.zero=3"]),
     ("dp 2 x tp 2", 4, ["parallel.mesh.tp=2"]),
+    ("pp 2 x tp 2", 4, ["parallel.mesh.pp=2", "parallel.mesh.tp=2"]),
+    ("dp 2 x pp 2, ZeRO stage 1", 4, ["parallel.mesh.pp=2", "parallel.zero=1"]),
+    ("dp 2 x tp 2, ZeRO stage 2", 4, ["parallel.mesh.tp=2", "parallel.zero=2"]),
 ]
 
 

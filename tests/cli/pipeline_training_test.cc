@@ -1,9 +1,10 @@
 // Pipeline-parallel training through the real binary (parallel.mesh pp > 1):
 // a 4-block GPT (tied head, AdamW with decay and clipping) on 2 and 4
 // stages under 1F1B, on 2 stages under GPipe, and on dp 2 x pp 2 ends with
-// the weights and the test loss of one process; its checkpoints hold the
-// whole model and resume bit for bit under the same layout and within
-// rounding under others. Skips visibly without fortunes.
+// the weights and the test loss of one process; its checkpoints (in pieces,
+// joined by gradmesh export into the whole model) resume bit for bit under
+// the same layout and within rounding under others. Skips visibly without
+// fortunes.
 //
 // Tolerance, stated: after 20 AdamW steps (lr 0.003, clipped at 0.5) every
 // tensor within 2e-3 of its largest magnitude. The stages sum each
@@ -88,13 +89,15 @@ TEST_F(PipelineTraining, EveryScheduleAndLayoutTrainsTheWeightsOfOneProcess) {
   EXPECT_NE(html.find("(p-1)/(m+p-1) = 0.200"), std::string::npos);
 }
 
-TEST_F(PipelineTraining, CheckpointsHoldTheWholeModelAndResumeUnderAnyLayout) {
+TEST_F(PipelineTraining, CheckpointsJoinIntoTheWholeModelAndResumeUnderAnyLayout) {
   const std::string every10 = " --set checkpoint.every_steps=10 --set checkpoint.keep_last=0";
   const std::string pp2 = " --set parallel.mesh.pp=2 --nproc-per-node 2";
   train_ok("full", every10 + pp2);
   const std::string step10 = "runs/full/checkpoints/step-10";
   train_ok("whole", " --set train.max_steps=10");
-  const auto saved = named_weights(ws_.file(step10 + "/model.safetensors"));
+  const CommandResult joined = run_gradmesh("export " + step10 + " -o joined.safetensors", ws_.dir().path());
+  ASSERT_EQ(joined.exit_code, 0) << joined.err;
+  const auto saved = named_weights(ws_.file("joined.safetensors"));
   const auto whole = named_weights(weights("whole"));
   ASSERT_EQ(saved.size(), whole.size()) << "every stage's parameters, the tied table once";
   for (const auto& [name, values] : whole) EXPECT_EQ(saved.at(name).size(), values.size()) << name;
@@ -127,7 +130,7 @@ TEST_F(PipelineTraining, WhatPipelinesCannotRunIsAConfigErrorNamingTheKey) {
   for (const Case& c : {Case{" --set model.dropout=0.1", "model.dropout"},
                         Case{" --set train.accum_steps=2", "train.accum_steps"},
                         Case{" --set parallel.micro_batches=16", "parallel.micro_batches"},
-                        Case{" --set parallel.zero=1", "parallel.zero"},
+                        Case{" --set parallel.zero=3", "parallel.zero"},
                         Case{" --set model.n_layer=1", "parallel.mesh.pp"}}) {
     const CommandResult r =
         ws_.train("bad", " --set train.max_steps=2 --set parallel.mesh.pp=2 --nproc-per-node 2" + c.extra);

@@ -77,13 +77,15 @@ using GroupFactory = std::function<std::shared_ptr<comm::ProcessGroup>(std::shar
 // Every shape of 4 ranks: each rank all-reduces its world rank over each of
 // its groups (the sum names exactly the members) and passes a tensor to the
 // next pipeline stage.
-std::string check_mesh_groups(const GroupFactory& make_world) {
-  const std::vector<MeshShape> shapes = {{4, 1, 1}, {1, 4, 1}, {1, 1, 4}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}};
+std::string check_mesh_groups(const GroupFactory& make_world,
+                              const std::vector<MeshShape>& shapes = {
+                                  {4, 1, 1}, {1, 4, 1}, {1, 1, 4}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}}) {
+  const int size = shapes.front().size();
   ::gradmesh::testing::TempDir dir;
   auto store = std::make_shared<comm::FileStore>(dir.path());
-  std::vector<std::string> failures(4);
-  const auto errors = comm::testing::run_rank_threads(4, [&](int rank) {
-    auto world = make_world(store, rank, 4);
+  std::vector<std::string> failures(static_cast<size_t>(size));
+  const auto errors = comm::testing::run_rank_threads(size, [&](int rank) {
+    auto world = make_world(store, rank, size);
     for (const MeshShape& shape : shapes) {
       const DeviceMesh mesh(shape);
       const MeshGroups groups = create_mesh_groups(world, mesh);
@@ -97,6 +99,16 @@ std::string check_mesh_groups(const GroupFactory& make_world) {
         if (group->size() != static_cast<int>(members.size()) || t.to_vector()[2] != expected)
           failures[rank] = mesh.describe() + ": " + mesh_dim_name(dim) + " group of rank " + std::to_string(rank) +
                            " summed " + std::to_string(t.to_vector()[2]) + ", expected " + std::to_string(expected);
+      }
+      {
+        // The model group: every (pp, tp) of this rank's dp index.
+        const int replica = shape.pp * shape.tp, first = mesh.coord(rank).dp * replica;
+        const float expected = static_cast<float>(replica * first + replica * (replica - 1) / 2);
+        Tensor t = Tensor::full({2}, static_cast<float>(rank));
+        groups.model->allreduce(t)->wait_or_throw();
+        if (groups.model->size() != replica || t.to_vector()[1] != expected)
+          failures[rank] = mesh.describe() + ": model group of rank " + std::to_string(rank) + " summed " +
+                           std::to_string(t.to_vector()[1]) + ", expected " + std::to_string(expected);
       }
       // Along the pipeline: stage s sends its world rank to stage s + 1.
       const int stage = mesh.coord(rank).pp, stages = shape.pp;
@@ -121,6 +133,17 @@ TEST(MeshGroups, ShmGroupsOfEveryShapeOfFourRanks) {
   EXPECT_EQ(check_mesh_groups([](std::shared_ptr<comm::Store> store, int rank, int world) {
               return comm::make_shm_process_group(std::move(store), rank, world, comm::Millis(20'000));
             }),
+            "");
+}
+
+// Eight ranks as dp 2 x pp 2 x tp 2: the one shape whose model groups are
+// neither the world nor a tp or pp group.
+TEST(MeshGroups, ShmGroupsOfEightRanksInThreeDimensions) {
+  EXPECT_EQ(check_mesh_groups(
+                [](std::shared_ptr<comm::Store> store, int rank, int world) {
+                  return comm::make_shm_process_group(std::move(store), rank, world, comm::Millis(20'000));
+                },
+                {{2, 2, 2}}),
             "");
 }
 

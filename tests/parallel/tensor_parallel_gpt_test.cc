@@ -6,6 +6,8 @@
 // with one process within float rounding; no rank holds all logits.
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include <cmath>
 
 #include "comm/collective_reference.h"
@@ -47,6 +49,8 @@ struct Pass {
   std::vector<int32_t> predicted;
   int64_t logits_columns = 0;
   int64_t num_parameters = 0;
+  std::vector<float> flat;               // the flat parameters
+  std::vector<ViewSegment> provided;     // split: WholeModelView::provided_segments
 };
 
 Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = nullptr) {
@@ -65,8 +69,14 @@ Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = n
   Pass p;
   p.loss = loss.value().item();
   // The norm a clip would use (max_norm far above it: nothing is scaled).
-  p.grad_norm = tp ? WholeModelView(model, tp).clip_grad_norm(1e30f)
-                   : optim::grad_norm(model.flat_grads().data(), model.num_parameters());
+  p.flat = model.flat_params().to_vector();
+  if (tp) {
+    const WholeModelView view(model, tp);
+    p.grad_norm = view.clip_grad_norm(1e30f);
+    p.provided = view.provided_segments();
+  } else {
+    p.grad_norm = optim::grad_norm(model.flat_grads().data(), model.num_parameters());
+  }
   p.logits_columns = logits.shape()[1];
   p.num_parameters = model.num_parameters();
   p.predicted.resize(labels.size());
@@ -104,11 +114,25 @@ std::string check_split_gpt(bool tied, int tp) {
   ::gradmesh::testing::TempDir dir;
   auto store = std::make_shared<comm::FileStore>(dir.path());
   std::vector<std::string> failures(static_cast<size_t>(tp));
+  std::mutex mutex;
+  std::vector<int> provided_times(whole.flat.size(), 0);  // how many ranks provide each whole element
   const auto errors = comm::testing::run_rank_threads(tp, [&](int rank) {
     auto group = comm::make_shm_process_group(store, rank, tp, comm::Millis(20'000));
     nn::GptSpec s = spec(tied);
     s.split = std::make_shared<GroupTensorSplit>(group);
     const Pass split = run(s, group);
+    {
+      // What a sharded checkpoint stores: each segment is the whole model's elements there.
+      const std::lock_guard<std::mutex> lock(mutex);
+      for (const ViewSegment& seg : split.provided)
+        for (int64_t k = 0; k < seg.count; ++k) {
+          ++provided_times[static_cast<size_t>(seg.whole + k)];
+          if (split.flat[static_cast<size_t>(seg.local + k)] != whole.flat[static_cast<size_t>(seg.whole + k)]) {
+            failures[static_cast<size_t>(rank)] += "provided element " + std::to_string(seg.whole + k) + " differs\n";
+            return;
+          }
+        }
+    }
     if (std::fabs(split.grad_norm - whole.grad_norm) > kTolerance * whole.grad_norm)
       failures[static_cast<size_t>(rank)] += "gradient norm " + std::to_string(split.grad_norm) + " vs " +
                                              std::to_string(whole.grad_norm) + "\n";
@@ -142,7 +166,11 @@ std::string check_split_gpt(bool tied, int tp) {
       if (!(d <= kTolerance)) f += "gradient of parameter " + std::to_string(i) + " differs by " + std::to_string(d) + "\n";
     }
   });
-  return comm::testing::join_errors(errors) + comm::testing::join_errors(failures);
+  std::string coverage;
+  for (size_t i = 0; i < provided_times.size() && coverage.empty(); ++i)
+    if (provided_times[i] != 1)
+      coverage = "whole element " + std::to_string(i) + " is provided " + std::to_string(provided_times[i]) + " times\n";
+  return comm::testing::join_errors(errors) + comm::testing::join_errors(failures) + coverage;
 }
 
 TEST(TensorParallelGpt, TiedSplitModelMatchesOneProcess) {

@@ -53,6 +53,51 @@ TEST(MemoryBudget, TheStageShardsStateOnlyWithSeveralRanks) {
   EXPECT_EQ(estimate_rank_memory(mlp, {1, 28, 28}, 10, 1).activation_bytes, 4 * 3 * (2 * 100 + 2 * 10));
 }
 
+TEST(MemoryBudget, SplitLayersAndPipelineStagesCountTheirOwnPart) {
+  nn::GptSpec s;
+  s.vocab_size = 10, s.block_size = 4, s.n_layer = 2, s.n_head = 2, s.n_embd = 8;
+  // tp 2: block 6*8 + 4 + (12*8 + 2) / 2 = 101, ends 3*8 + (8 + 2 + 2*10 / 2) = 44.
+  EXPECT_EQ(gpt_activation_bytes(s, 3, 2), 4 * 3 * 4 * (2 * 101 + 44));
+  // Stages: the first keeps its block and the embeddings (3C), the last its block, ln_f and the head.
+  s.stage = nn::GptStage{0, 2, 0, 1};
+  EXPECT_EQ(gpt_activation_bytes(s, 3), 4 * 3 * 4 * (150 + 24));
+  const int64_t first = nn::gpt_parameter_count(s);
+  s.stage = nn::GptStage{1, 2, 1, 2};
+  EXPECT_EQ(gpt_activation_bytes(s, 3), 4 * 3 * 4 * (150 + 30));
+  const int64_t last = nn::gpt_parameter_count(s);
+  s.stage = {};
+  // The tied head's table is counted on both ends, the rest once.
+  EXPECT_EQ(first + last, nn::gpt_parameter_count(s) + 10 * 8);
+
+  Config c;
+  c.model.kind = "gpt";
+  c.model.n_layer = 2, c.model.n_head = 2, c.model.n_embd = 8, c.model.block_size = 4;
+  c.optim.name = "sgd";
+  c.train.batch_size = 8;
+  c.parallel.micro_batches = 4;
+  const InputGeometry tokens{0, 0, 0, 10};
+  // pp 2 under 1F1B: stage 0 holds 2 micro-batches of 2 rows at once, stage 1 one.
+  const MemoryEstimate pp = estimate_rank_memory(c, tokens, parallel::MeshShape{1, 2, 1});
+  EXPECT_EQ(pp.pipeline_stage, 0);
+  nn::GptSpec stage0 = gpt_spec(c.model, tokens);
+  stage0.stage = nn::GptStage{0, 2, 0, 1};
+  EXPECT_EQ(pp.activation_bytes, 2 * gpt_activation_bytes(stage0, 2));
+  EXPECT_EQ(pp.state.params_bytes, 4 * nn::gpt_parameter_count(stage0));
+  EXPECT_NE(pp.describe().find("pipeline stage 0 of 2"), std::string::npos) << pp.describe();
+  // GPipe: every stage holds all 4 micro-batches, so the last (with the head) holds the most.
+  c.parallel.pipeline_schedule = "gpipe";
+  const MemoryEstimate gpipe = estimate_rank_memory(c, tokens, parallel::MeshShape{1, 2, 1});
+  nn::GptSpec stage1 = gpt_spec(c.model, tokens);
+  stage1.stage = nn::GptStage{1, 2, 1, 2};
+  EXPECT_EQ(gpipe.pipeline_stage, 1);
+  EXPECT_EQ(gpipe.activation_bytes, 4 * gpt_activation_bytes(stage1, 2));
+  // tp 2 over dp 2: the split block and head, rows of this dp rank.
+  const MemoryEstimate tp = estimate_rank_memory(c, tokens, parallel::MeshShape{2, 1, 2});
+  EXPECT_EQ(tp.activation_bytes, gpt_activation_bytes(gpt_spec(c.model, tokens), 4, 2));
+  EXPECT_EQ(tp.state.params_bytes, 4 * nn::gpt_parameter_count(gpt_spec(c.model, tokens), 2));
+  EXPECT_NE(tp.describe().find("tp 2"), std::string::npos) << tp.describe();
+}
+
 class CgroupTree : public ::testing::Test {
  protected:
   void put(const std::string& relative, const std::string& text) {

@@ -86,6 +86,9 @@ std::string describe_checkpoint(const std::string& step_dir, bool* all_verified)
   std::string out = "checkpoint: " + dir + "\n";
   out += "step: " + std::to_string(manifest.step) + "\n";
   out += "world size: " + std::to_string(manifest.world_size) + "\n";
+  if (const std::optional<SavedLayout>& l = manifest.layout)
+    out += "layout: dp " + std::to_string(l->dp) + " x pp " + std::to_string(l->pp) + " x tp " + std::to_string(l->tp) +
+           ", ZeRO stage " + std::to_string(l->zero) + " (weights in pieces; gradmesh export joins them)\n";
   out += "created: " + utc_time(manifest.created_unix) + "\n";
   out += describe_files(dir, manifest, &verified);
   out += describe_trainer(dir, manifest, &verified);

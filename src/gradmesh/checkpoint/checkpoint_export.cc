@@ -3,6 +3,7 @@
 #include <map>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
+#include "gradmesh/checkpoint/model_shards.h"
 #include "gradmesh/checkpoint/optimizer_state.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/config.h"
@@ -11,7 +12,6 @@
 namespace gradmesh::checkpoint {
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
 
 // The consolidated per-element state cut per parameter, in PyTorch's names.
 std::vector<NamedTensor> per_parameter_state(const ConsolidatedOptimizerState& state, const SafetensorsFile& weights,
@@ -30,7 +30,7 @@ std::vector<NamedTensor> per_parameter_state(const ConsolidatedOptimizerState& s
       const auto it = by_name.find(names[i]);
       if (it == by_name.end())
         throw_error(ErrorKind::kFormat, source,
-                    "the optimizer state names parameter '" + names[i] + "', which " + kModelFile + " does not hold");
+                    "the optimizer state names parameter '" + names[i] + "', which " + kModelFileName + " does not hold");
       const Shape& shape = it->second->shape();
       out.push_back({"state." + std::to_string(i) + "." + key, values.slice_flat(offset, shape)});
       offset += it->second->numel();
@@ -53,7 +53,8 @@ ExportResult export_checkpoint(const std::string& checkpoint_path, const std::st
   ExportResult r;
   r.checkpoint = loaded.path;
   r.step = loaded.step;
-  const SafetensorsFile weights = loaded.read_tensor_file(kModelFile);
+  SafetensorsFile weights;
+  weights.tensors = read_model_weights(loaded);  // whole, or joined from the shards of a split run
   const std::map<std::string, std::string> metadata{{"format", "pt"},
                                                     {"producer", "gradmesh " GRADMESH_VERSION},
                                                     {"step", std::to_string(loaded.step)},

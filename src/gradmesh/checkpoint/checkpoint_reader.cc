@@ -1,6 +1,7 @@
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "gradmesh/checkpoint/checkpoint_io.h"
@@ -21,6 +22,27 @@ std::string base_name(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> shard_set(const LoadedCheckpoint& checkpoint, const std::string& of) {
+  std::map<int, std::string> shards;
+  int count = 0;
+  for (const ManifestFile& file : checkpoint.manifest.files) {
+    if (!file.shard || file.shard->of != of) continue;
+    if (count != 0 && file.shard->count != count)
+      throw_error(ErrorKind::kFormat, checkpoint.path,
+                  of + " shards of " + std::to_string(count) + " and of " + std::to_string(file.shard->count) +
+                      " files are mixed");
+    count = file.shard->count;
+    shards[file.shard->index] = file.path;
+  }
+  std::vector<std::string> names;
+  for (int index = 1; index <= count; ++index) {
+    if (!shards.count(index))
+      throw_error(ErrorKind::kFormat, checkpoint.path, of + " shard " + shard_file_name(of, index, count) + " is missing");
+    names.push_back(shards[index]);
+  }
+  return names;
+}
 
 SafetensorsFile LoadedCheckpoint::read_tensor_file(const std::string& name) const {
   const std::string bytes = read_verified_file(path, manifest, name);

@@ -33,6 +33,11 @@ struct LoadedCheckpoint {
   std::string read_text_file(const std::string& name) const;
 };
 
+// The files of the manifest's shard set `of` ("model", "optimizer") in
+// index order; empty when the checkpoint has none. Error(kFormat) naming the
+// checkpoint when shards of different counts are mixed or one is missing.
+std::vector<std::string> shard_set(const LoadedCheckpoint& checkpoint, const std::string& of);
+
 // Newest step-<N> under `checkpoints_dir` that verifies, listing in `skipped`
 // why each newer one did not. std::nullopt when the directory does not exist
 // or has no step-<N> at all; Error(kFormat) listing every reason when some

@@ -212,6 +212,7 @@ void CheckpointWriter::commit(const Snapshot& snapshot, SaveResult* result) {
   Manifest manifest;
   manifest.step = snapshot.step;
   manifest.world_size = snapshot.world_size;
+  manifest.layout = snapshot.layout;
   manifest.created_unix = static_cast<int64_t>(std::time(nullptr));
   for (const TensorFile& file : snapshot.tensor_files) manifest.files.push_back(write_tensor_file(tmp, file));
   for (const auto& [name, text] : snapshot.text_files) manifest.files.push_back(write_text_file(tmp, name, text, 0));

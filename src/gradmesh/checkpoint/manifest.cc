@@ -96,9 +96,14 @@ std::string manifest_json(const Manifest& manifest) {
     if (file.shard) entry["shard"] = {{"index", file.shard->index}, {"count", file.shard->count}, {"of", file.shard->of}};
     files.push_back(std::move(entry));
   }
-  const OrderedJson root = {{"format", kManifestFormat},         {"version", kManifestVersion},
-                            {"step", manifest.step},             {"world_size", manifest.world_size},
-                            {"created_unix", manifest.created_unix}, {"files", std::move(files)}};
+  OrderedJson root = {{"format", kManifestFormat},
+                      {"version", kManifestVersion},
+                      {"step", manifest.step},
+                      {"world_size", manifest.world_size},
+                      {"created_unix", manifest.created_unix}};
+  if (const std::optional<SavedLayout>& l = manifest.layout)
+    root["layout"] = {{"dp", l->dp}, {"pp", l->pp}, {"tp", l->tp}, {"zero", l->zero}};
+  root["files"] = std::move(files);
   return root.dump(2) + "\n";
 }
 
@@ -119,6 +124,21 @@ Manifest parse_manifest(const std::string& text, const std::string& source) {
   manifest.step = require_int(source, root, "step", 0, kInt64Max);
   manifest.world_size = static_cast<int>(require_int(source, root, "world_size", 1, std::numeric_limits<int>::max()));
   manifest.created_unix = require_int(source, root, "created_unix", 0, kInt64Max);
+  if (root.contains("layout")) {
+    const Json& layout = root["layout"];
+    const std::string where = source + ": layout";
+    if (!layout.is_object()) format_error(where, "is " + layout.dump() + "; expected an object {dp, pp, tp, zero}");
+    const auto at_least_one = [&](const char* key) {
+      return static_cast<int>(require_int(where, layout, key, 1, std::numeric_limits<int>::max()));
+    };
+    SavedLayout l;
+    l.dp = at_least_one("dp"), l.pp = at_least_one("pp"), l.tp = at_least_one("tp");
+    l.zero = static_cast<int>(require_int(where, layout, "zero", 0, 3));
+    if (static_cast<int64_t>(l.dp) * l.pp * l.tp != manifest.world_size)
+      format_error(where, "dp x pp x tp = " + std::to_string(static_cast<int64_t>(l.dp) * l.pp * l.tp) +
+                              " is not the world size " + std::to_string(manifest.world_size));
+    manifest.layout = l;
+  }
   const Json& files = require(source, root, "files");
   if (!files.is_array()) format_error(source, "field 'files' is " + files.dump() + "; expected an array");
   std::set<std::string> seen;

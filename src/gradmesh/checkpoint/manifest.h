@@ -3,6 +3,7 @@
 //
 //   {"format": "gradmesh-checkpoint", "version": 1, "step": 1200,
 //    "world_size": 4, "created_unix": 1764600000,
+//    "layout": {"dp": 2, "pp": 2, "tp": 1, "zero": 0},   (split runs only)
 //    "files": [{"path": "model.safetensors", "bytes": 1234, "xxh64": "0123456789abcdef", "rank": 0},
 //              {"path": "optimizer.shard-00001-of-00004.safetensors", "bytes": 99,
 //               "xxh64": "...", "rank": 0, "shard": {"index": 1, "count": 4, "of": "optimizer"}}, ...]}
@@ -39,9 +40,18 @@ struct ManifestFile {
   std::optional<ShardInfo> shard;
 };
 
+// How the saving run was laid out (parallel.mesh and ZeRO stage): written by
+// split runs, whose shards are pieces of the whole model; informational,
+// since every layout can load every checkpoint.
+struct SavedLayout {
+  int dp = 1, pp = 1, tp = 1, zero = 0;
+  bool operator==(const SavedLayout&) const = default;
+};
+
 struct Manifest {
   int64_t step = 0;
   int world_size = 1;
+  std::optional<SavedLayout> layout;  // "layout": {"dp": 2, "pp": 2, "tp": 1, "zero": 1}
   int64_t created_unix = 0;
   std::vector<ManifestFile> files;
 

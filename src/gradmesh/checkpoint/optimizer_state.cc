@@ -141,17 +141,7 @@ std::vector<ElementRange> parse_ranges(const std::string& text, const std::strin
 
 std::vector<std::string> optimizer_state_files(const LoadedCheckpoint& checkpoint) {
   const bool whole = checkpoint.manifest.find(kOptimizerFileName) != nullptr;
-  std::map<int, const ManifestFile*> shards;
-  int count = 0;
-  for (const ManifestFile& file : checkpoint.manifest.files) {
-    if (!file.shard || file.shard->of != kOptimizerShardOf) continue;
-    if (count != 0 && file.shard->count != count)
-      throw_error(ErrorKind::kFormat, checkpoint.path,
-                  "optimizer shards of " + std::to_string(count) + " and of " + std::to_string(file.shard->count) +
-                      " files are mixed");
-    count = file.shard->count;
-    shards[file.shard->index] = &file;
-  }
+  std::vector<std::string> shards = shard_set(checkpoint, kOptimizerShardOf);
   if (whole && !shards.empty())
     throw_error(ErrorKind::kFormat, checkpoint.path,
                 std::string("holds both ") + kOptimizerFileName + " and optimizer shards; expected one of the two");
@@ -160,14 +150,7 @@ std::vector<std::string> optimizer_state_files(const LoadedCheckpoint& checkpoin
     throw_error(ErrorKind::kFormat, checkpoint.path,
                 std::string("holds no optimizer state (neither ") + kOptimizerFileName + " nor " +
                     shard_file_name(kOptimizerShardOf, 1, 1) + " ...)");
-  std::vector<std::string> names;
-  for (int index = 1; index <= count; ++index) {
-    if (!shards.count(index))
-      throw_error(ErrorKind::kFormat, checkpoint.path,
-                  "optimizer shard " + shard_file_name(kOptimizerShardOf, index, count) + " is missing");
-    names.push_back(shards[index]->path);
-  }
-  return names;
+  return shards;
 }
 
 StoredOptimizerState read_optimizer_state(const LoadedCheckpoint& checkpoint, const std::string& file) {

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gradmesh/checkpoint/manifest.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/tensor.h"
 
@@ -25,6 +27,7 @@ struct TensorFile {
 struct Snapshot {
   int64_t step = 0;
   int world_size = 1;
+  std::optional<SavedLayout> layout;  // the manifest's "layout" (split runs)
   std::vector<TensorFile> tensor_files;
   std::vector<std::pair<std::string, std::string>> text_files;  // {"trainer.json", "..."}
   // State written by several ranks (ZeRO's optimizer shards), see

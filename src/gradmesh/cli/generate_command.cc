@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gradmesh/checkpoint/checkpoint_reader.h"
+#include "gradmesh/checkpoint/model_shards.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
@@ -36,7 +37,9 @@ checkpoint::SafetensorsFile read_weights(const std::string& path) {
   // A finished run's final weights, else its newest verified checkpoint.
   if (fs::is_regular_file(fs::path(path) / "model.safetensors") && !checkpoint::is_step_directory(path))
     return checkpoint::read_safetensors((fs::path(path) / "model.safetensors").string());
-  return checkpoint::load_checkpoint(path).read_tensor_file("model.safetensors");
+  checkpoint::SafetensorsFile weights;
+  weights.tensors = checkpoint::read_model_weights(checkpoint::load_checkpoint(path));  // whole or joined from shards
+  return weights;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "gradmesh/nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -356,21 +357,25 @@ Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }
 
 int64_t gpt_parameter_count(const GptSpec& s, int tensor_parallel) {
-  const int64_t c = s.n_embd, tp = tensor_parallel;
-  if (tp > 1) {
-    // The largest rank's share: split pieces rounded up, replicated parameters whole.
-    auto part = [tp](int64_t n) { return (n + tp - 1) / tp; };
-    const int64_t block = 2 * (2 * c) + (c * 3 * c + 3 * c) / tp + (c * c) / tp + c + part(4 * c) * (c + 1) +
-                          part(4 * c) * c + c;
-    return part(s.vocab_size) * c + s.block_size * c + s.n_layer * block + 2 * c +
-           (s.tie_weights ? 0 : part(s.vocab_size) * c);
-  }
-  const int64_t block = 2 * (2 * c)                 // ln_1, ln_2
-                        + (c * 3 * c + 3 * c)      // c_attn
-                        + (c * c + c)              // attn.c_proj
-                        + (c * 4 * c + 4 * c)      // c_fc
-                        + (4 * c * c + c);         // mlp.c_proj
-  return s.vocab_size * c + s.block_size * c + s.n_layer * block + 2 * c + (s.tie_weights ? 0 : s.vocab_size * c);
+  const int64_t c = s.n_embd, tp = std::max(tensor_parallel, 1);
+  // The largest rank's share: split pieces rounded up, replicated parameters whole.
+  auto part = [tp](int64_t n) { return (n + tp - 1) / tp; };
+  const int64_t block = tp > 1 ? 2 * (2 * c) + (c * 3 * c + 3 * c) / tp + (c * c) / tp + c + part(4 * c) * (c + 1) +
+                                     part(4 * c) * c + c
+                               : 2 * (2 * c)                 // ln_1, ln_2
+                                     + (c * 3 * c + 3 * c)  // c_attn
+                                     + (c * c + c)          // attn.c_proj
+                                     + (c * 4 * c + 4 * c)  // c_fc
+                                     + (4 * c * c + c);     // mlp.c_proj
+  // The stage's blocks; the first stage embeds, the last holds ln_f and the
+  // head (a tied head on another stage keeps its own copy of the table).
+  const bool first = s.stage.index == 0, last = s.stage.index == s.stage.count - 1;
+  const int64_t blocks = (s.stage.block_end < 0 ? s.n_layer : s.stage.block_end) - s.stage.block_begin;
+  const int64_t table = part(s.vocab_size) * c;
+  int64_t count = blocks * block;
+  if (first) count += table + s.block_size * c;
+  if (last) count += 2 * c + (s.tie_weights && first ? 0 : table);
+  return count;
 }
 
 }  // namespace gradmesh::nn

@@ -114,7 +114,8 @@ std::unique_ptr<Gpt> build_gpt(const GptSpec& spec);
 
 // Parameters of a GPT of this spec (the tied head counted once); with
 // `tensor_parallel` > 1, those of the rank holding the most (split layers
-// divided, the rest whole).
+// divided, the rest whole); of spec.stage's blocks and ends only (a tied
+// head on a last stage that does not embed counts its own table).
 int64_t gpt_parameter_count(const GptSpec& spec, int tensor_parallel = 1);
 
 }  // namespace gradmesh::nn

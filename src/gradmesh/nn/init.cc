@@ -18,25 +18,13 @@ InitKind parse_weight_init(const std::string& name) {
               "expected default, kaiming_normal, kaiming_uniform, xavier_uniform or xavier_normal, got '" + name + "'");
 }
 
-namespace {
-
-// Calls f(piece_offset, whole_offset, count) for each contiguous run of a piece.
-template <class F>
-void for_each_run(const InitShard& shard, F&& f) {
-  int64_t piece_row = 0;
-  for (const auto& [begin, end] : shard.row_ranges)
-    for (int64_t r = begin; r < end; ++r, ++piece_row)
-      f(piece_row * shard.cols, r * shard.full_cols + shard.col_begin, shard.cols);
-}
-
-}  // namespace
 
 Tensor take_piece(const Tensor& whole, const InitShard& shard) {
   GRADMESH_CHECK(whole.shape() == shard.full_shape && whole.dtype() == DType::kF32, "take_piece of another shape");
   int64_t rows = 0;
   for (const auto& [begin, end] : shard.row_ranges) rows += end - begin;
   Tensor piece = Tensor::empty(shard.full_shape.size() == 1 ? Shape{rows} : Shape{rows, shard.cols});
-  for_each_run(shard, [&](int64_t at, int64_t from, int64_t n) {
+  for_each_piece_run(shard, [&](int64_t at, int64_t from, int64_t n) {
     std::copy(whole.data() + from, whole.data() + from + n, piece.data() + at);
   });
   return piece;
@@ -44,7 +32,7 @@ Tensor take_piece(const Tensor& whole, const InitShard& shard) {
 
 void put_piece(const Tensor& piece, const InitShard& shard, Tensor& whole) {
   GRADMESH_CHECK(whole.shape() == shard.full_shape, "put_piece into another shape");
-  for_each_run(shard, [&](int64_t at, int64_t to, int64_t n) {
+  for_each_piece_run(shard, [&](int64_t at, int64_t to, int64_t n) {
     std::copy(piece.data() + at, piece.data() + at + n, whole.data() + to);
   });
 }

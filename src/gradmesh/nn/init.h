@@ -42,6 +42,16 @@ struct InitShard {
   std::vector<std::pair<int64_t, int64_t>> row_ranges;
 };
 
+// Calls f(piece_offset, whole_offset, count) for each contiguous run of
+// elements of the piece: one per row, in the piece's order.
+template <class F>
+void for_each_piece_run(const InitShard& shard, F&& f) {
+  int64_t piece_row = 0;
+  for (const auto& [begin, end] : shard.row_ranges)
+    for (int64_t r = begin; r < end; ++r, ++piece_row)
+      f(piece_row * shard.cols, r * shard.full_cols + shard.col_begin, shard.cols);
+}
+
 // The piece `shard` describes, copied out of the whole tensor (float32).
 // REQUIRES: whole has shard.full_shape.
 Tensor take_piece(const Tensor& whole, const InitShard& shard);

@@ -141,6 +141,21 @@ MeshGroups create_mesh_groups(const std::shared_ptr<comm::ProcessGroup>& world, 
     GRADMESH_CHECK(mine != nullptr, std::string("no ") + mesh_dim_name(dim) + " group holds this rank");
     (dim == MeshDim::kDp ? groups.dp : dim == MeshDim::kPp ? groups.pp : groups.tp) = std::move(mine);
   }
+  const int replica = mesh.shape().pp * mesh.shape().tp;
+  if (replica == mesh.size()) {
+    groups.model = world;
+  } else if (replica == mesh.shape().tp) {
+    groups.model = groups.tp;  // pp = 1
+  } else if (replica == mesh.shape().pp) {
+    groups.model = groups.pp;  // tp = 1
+  } else {
+    for (int dp = 0; dp < mesh.shape().dp; ++dp) {
+      std::vector<int> ranks(static_cast<size_t>(replica));
+      for (int i = 0; i < replica; ++i) ranks[static_cast<size_t>(i)] = dp * replica + i;
+      if (auto g = world->new_group(ranks)) groups.model = std::move(g);
+    }
+  }
+  GRADMESH_CHECK(groups.model != nullptr, "no model group holds this rank");
   return groups;
 }
 

@@ -70,6 +70,10 @@ class DeviceMesh {
 // one rank), so callers never branch on the layout.
 struct MeshGroups {
   std::shared_ptr<comm::ProcessGroup> dp, pp, tp;
+  // Same dp index, every (pp, tp): the ranks that together hold one replica
+  // of the model (Megatron's model-parallel group). With pp = tp = 1 it is
+  // the rank alone; when it spans the world it is the world.
+  std::shared_ptr<comm::ProcessGroup> model;
   const std::shared_ptr<comm::ProcessGroup>& of(MeshDim dim) const;
 };
 

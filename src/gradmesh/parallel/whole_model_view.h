@@ -9,7 +9,8 @@
 // buffers (parameters, gradients, optimizer moments: all laid out like the
 // model's flat parameters) and the whole model's flat buffer. A parameter
 // held whole by several ranks (replicated, or a tied copy) is provided by
-// the lowest of them.
+// the lowest of them; so is a piece held by several (a tied table split
+// across tp ranks on the first and the last pipeline stage).
 #pragma once
 
 #include <memory>
@@ -19,8 +20,15 @@
 
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/parallel/zero_shard.h"
 
 namespace gradmesh::parallel {
+
+// `count` elements at `local` in a rank's flat buffer are the elements at
+// `whole` in the whole model's.
+struct ViewSegment {
+  int64_t local = 0, whole = 0, count = 0;
+};
 
 class WholeModelView {
  public:
@@ -46,11 +54,22 @@ class WholeModelView {
   // This rank's pieces of a whole flat buffer, written into `local`.
   void take(const Tensor& whole, Tensor& local) const;
 
+  // Where the elements this rank provides sit in the whole model, in local
+  // order, one segment per contiguous run (a row of a piece split by columns).
+  // Over the group they cover the whole model exactly once: what a sharded
+  // checkpoint stores.
+  std::vector<ViewSegment> provided_segments() const;
+
   // Global-norm gradient clipping of this rank's gradients (the model's flat
   // gradients): each element of the whole model counted once over the group,
   // so every rank scales by the coefficient one process would use. Returns
   // the norm before clipping. Collective over the group.
-  double clip_grad_norm(float max_norm) const;
+  // Under ZeRO (`owned`, `shards`): only the `owned` ranges of the local
+  // gradients are summed (and clipped), and the sum goes over `shards` too,
+  // the group whose ranks own the other ranges (the dp group); collective
+  // over both.
+  double clip_grad_norm(float max_norm, const std::vector<FlatRange>* owned = nullptr,
+                        comm::ProcessGroup* shards = nullptr) const;
 
  private:
   void place_local(std::vector<int64_t> provider);
@@ -61,7 +80,7 @@ class WholeModelView {
   struct Local {
     int64_t whole_index;
     std::shared_ptr<const nn::InitShard> shard;  // null: held whole
-    bool provides;                               // this rank supplies it (pieces always do)
+    bool provides;                               // this rank supplies it: the lowest holding it
   };
   std::vector<Local> local_;  // per parameter of the model
   int64_t numel_ = 0;

@@ -68,6 +68,7 @@ class ZeroReducer {
 
   const ShardLayout& layout() const { return layout_; }
   int stage() const { return options_.stage; }
+  comm::ProcessGroup& group() const { return *group_; }  // the ranks that share the state
   // This rank's optimizer groups (shard_param_groups for this rank).
   std::vector<optim::ParamGroup> param_groups(const WeightDecayRule& weight_decay) const;
   // This rank's shard of the flat buffers, by ascending offset.

@@ -11,6 +11,7 @@
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/parallel/pipeline_schedule.h"
 #include "gradmesh/parallel/rank_agreement.h"
 
 namespace gradmesh::train {
@@ -74,19 +75,24 @@ bool lists_memory(const std::string& controllers) {
 }  // namespace
 
 std::string MemoryEstimate::describe() const {
+  std::string split;
+  if (mesh.pp > 1) split += "; pipeline stage " + std::to_string(pipeline_stage) + " of " + std::to_string(mesh.pp);
+  if (mesh.tp > 1) split += "; tp " + std::to_string(mesh.tp);
   return "params " + parallel::mib_text(state.params_bytes) + " + grads " + parallel::mib_text(state.grads_bytes) +
          " + optimizer " + parallel::mib_text(state.optimizer_bytes) + " + activations " +
          (activation_bytes > 0 ? parallel::mib_text(activation_bytes) : std::string("(not estimated)")) + " = " +
          parallel::mib_text(total_bytes()) + " per rank (ZeRO stage " + std::to_string(stage) + ", " +
-         std::to_string(world_size) + (world_size == 1 ? " rank)" : " ranks)");
+         std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks") + split + ")";
 }
 
-int64_t gpt_activation_bytes(const nn::GptSpec& s, int64_t rows) {
+int64_t gpt_activation_bytes(const nn::GptSpec& s, int64_t rows, int tensor_parallel) {
   const auto c = static_cast<double>(s.n_embd), h = static_cast<double>(s.n_head);
-  const auto v = static_cast<double>(s.vocab_size), layers = static_cast<double>(s.n_layer);
-  const bool dropout = s.dropout > 0;
-  const double block = 18 * c + h + 4 + (dropout ? 2.5 * c : 0);
-  const double head = 4 * c + 2 + 2 * v + (dropout ? 1.25 * c : 0);
+  const auto v = static_cast<double>(s.vocab_size), tp = static_cast<double>(std::max(tensor_parallel, 1));
+  const int64_t block_end = s.stage.block_end < 0 ? s.n_layer : s.stage.block_end;
+  const auto layers = static_cast<double>(block_end - s.stage.block_begin);
+  const bool dropout = s.dropout > 0, first = s.stage.index == 0, last = s.stage.index == s.stage.count - 1;
+  const double block = 6 * c + 4 + (12 * c + h) / tp + (dropout ? 2.5 * c : 0);
+  const double head = (first ? 3 * c + (dropout ? 1.25 * c : 0) : 0) + (last ? c + 2 + 2 * v / tp : 0);
   const double kept = s.recompute ? (layers + 1) * c + block : layers * block;
   return saturated(kFloatBytes * static_cast<double>(rows) * static_cast<double>(s.block_size) * (kept + head));
 }
@@ -109,6 +115,40 @@ MemoryEstimate estimate_rank_memory(const Config& config, const InputGeometry& g
   else if (config.model.kind == "mlp")
     e.activation_bytes = saturated(kFloatBytes * static_cast<double>(rows) * mlp_floats_per_sample(config.model));
   return e;
+}
+
+MemoryEstimate estimate_rank_memory(const Config& config, const InputGeometry& geometry,
+                                    const parallel::MeshShape& mesh) {
+  const bool split = mesh.pp > 1 || mesh.tp > 1;
+  if (!split || config.model.kind != "gpt") {
+    MemoryEstimate e = estimate_rank_memory(config, geometry, count_parameters(config.model, geometry), mesh.dp);
+    e.mesh = mesh;
+    return e;
+  }
+  const std::vector<parallel::StageBlocks> stages =
+      mesh.pp > 1 ? gpt_stage_split(config.model, geometry, mesh.pp) : std::vector<parallel::StageBlocks>{{0, -1}};
+  const parallel::PipelineSchedule schedule =
+      parallel::parse_pipeline_schedule(config.parallel.pipeline_schedule, "parallel.pipeline_schedule");
+  const int micro = mesh.pp > 1 ? static_cast<int>(config.parallel.micro_batches) : 1;
+  MemoryEstimate best;
+  for (int stage = 0; stage < static_cast<int>(stages.size()); ++stage) {
+    nn::GptSpec spec = gpt_spec(config.model, geometry);
+    spec.stage = nn::GptStage{stage, mesh.pp, stages[static_cast<size_t>(stage)].begin,
+                              stages[static_cast<size_t>(stage)].end};
+    MemoryEstimate e = estimate_rank_memory(config, geometry, nn::gpt_parameter_count(spec, mesh.tp), mesh.dp);
+    if (mesh.pp > 1) {
+      const int64_t per_rank = (config.train.batch_size + mesh.dp - 1) / mesh.dp;
+      const int64_t rows = (per_rank + micro - 1) / micro;
+      const int in_flight = parallel::peak_in_flight(parallel::stage_schedule(schedule, stage, mesh.pp, micro));
+      e.activation_bytes = in_flight * gpt_activation_bytes(spec, rows, mesh.tp);
+    } else {
+      e.activation_bytes = gpt_activation_bytes(spec, micro_batch_rows(config.train, mesh.dp), mesh.tp);
+    }
+    e.mesh = mesh;
+    e.pipeline_stage = stage;
+    if (stage == 0 || e.total_bytes() > best.total_bytes()) best = e;
+  }
+  return best;
 }
 
 std::optional<MemoryLimit> cgroup_memory_limit(const std::string& proc_self_cgroup, const CgroupMounts& mounts) {

@@ -26,7 +26,19 @@
 //   CNN: not estimated (0).
 //
 // with rows = the samples of this rank's largest micro-batch,
-// ceil(ceil(batch_size / N) / accum_steps). Not counted: the dataset, the
+// ceil(ceil(batch_size / N) / accum_steps).
+//
+// A split GPT (parallel.mesh) counts the rank that holds the most:
+//   tp    each block keeps 6C + 4 floats per token whole and 12C + H split
+//         (qkv, attention, c_fc, GELU), the logits and probabilities 2V/tp;
+//         parameters as nn::gpt_parameter_count(spec, tp) splits them.
+//   pp    every stage is estimated with its own blocks, the first with the
+//         embeddings (3C), the last with ln_f and the head (C + 2 + 2V);
+//         rows are one pipeline micro-batch, ceil(ceil(batch_size / dp) /
+//         micro_batches), times the micro-batches a stage holds at once under
+//         the schedule (1F1B: min(pp - stage, m); GPipe: m); the stage with
+//         the largest total is reported.
+// Not counted: the dataset, the
 // buckets and scratch of the reducers, the transient gradients of backward,
 // thread stacks, libraries. It is a floor: a run above it cannot fit, one
 // below it may still not.
@@ -40,6 +52,7 @@
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/nn/gpt.h"
 #include "gradmesh/obs/json_object.h"
+#include "gradmesh/parallel/mesh.h"
 #include "gradmesh/parallel/zero_memory.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/model_factory.h"
@@ -50,14 +63,17 @@ struct MemoryEstimate {
   parallel::ZeroMemory state;    // parameters, gradients and optimizer state of one rank
   int64_t activation_bytes = 0;  // 0 when not estimated (CNN)
   int stage = 0;                 // the ZeRO stage in effect (0 on one process)
-  int world_size = 1;
+  int world_size = 1;            // the ranks that shard the state (dp)
+  parallel::MeshShape mesh;      // the layout estimated
+  int pipeline_stage = 0;        // pp > 1: the stage reported (the largest)
   int64_t total_bytes() const { return state.total_bytes() + activation_bytes; }
   // "params 3.0 MiB + grads 0.8 MiB + optimizer 1.5 MiB + activations 2.0 MiB = 7.3 MiB per rank (ZeRO stage 2, 4 ranks)"
   std::string describe() const;
 };
 
-// Activation bytes of `rows` samples of the GPT (formula above).
-int64_t gpt_activation_bytes(const nn::GptSpec& spec, int64_t rows);
+// Activation bytes of `rows` samples of the GPT (formula above): of the
+// blocks and ends spec.stage holds, with `tensor_parallel` ranks splitting it.
+int64_t gpt_activation_bytes(const nn::GptSpec& spec, int64_t rows, int tensor_parallel = 1);
 // The samples of one rank's largest micro-batch.
 int64_t micro_batch_rows(const TrainConfig& train, int world_size);
 
@@ -65,6 +81,10 @@ int64_t micro_batch_rows(const TrainConfig& train, int world_size);
 // parameters as `config` says (parallel.zero applies with several ranks only).
 MemoryEstimate estimate_rank_memory(const Config& config, const InputGeometry& geometry, int64_t num_params,
                                     int world_size);
+// The same for one rank of `mesh` (dp replicas of a model split pp x tp):
+// the largest of the ranks' estimates.
+MemoryEstimate estimate_rank_memory(const Config& config, const InputGeometry& geometry,
+                                    const parallel::MeshShape& mesh);
 
 struct MemoryLimit {
   int64_t bytes = 0;

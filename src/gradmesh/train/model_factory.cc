@@ -138,12 +138,6 @@ int64_t count_parameters(const ModelConfig& config, const InputGeometry& input) 
   throw_error(ErrorKind::kConfig, "model.kind", "expected mlp, cnn or gpt, got '" + config.kind + "'");
 }
 
-int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry& input, int tensor_parallel) {
-  const int64_t total = count_parameters(config, input);
-  if (tensor_parallel <= 1 || config.kind != "gpt") return total;
-  return nn::gpt_parameter_count(gpt_spec(config, input), tensor_parallel);
-}
-
 std::vector<std::pair<std::string, Shape>> gpt_whole_parameters(const ModelConfig& config, const InputGeometry& input) {
   const std::unique_ptr<nn::Gpt> whole = nn::build_gpt(gpt_spec(config, input));  // descriptions only
   std::vector<std::pair<std::string, nn::Parameter*>> named;

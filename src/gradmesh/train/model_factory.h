@@ -39,10 +39,6 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 31;
 // stages for the input) are left to build_model, which names them.
 int64_t count_parameters(const ModelConfig& config, const InputGeometry& input);
 
-// What one rank holds with the GPT split over `tensor_parallel` ranks (the
-// rank holding the most); count_parameters otherwise.
-int64_t count_parameters_per_rank(const ModelConfig& config, const InputGeometry& input, int tensor_parallel);
-
 // Checks count_parameters first, so an oversized config fails before any allocation.
 // `split` (tensor parallelism) splits a GPT's layers and `stage` (pipeline
 // parallelism) builds one stage of it; other models refuse both.

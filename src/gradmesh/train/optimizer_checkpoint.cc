@@ -10,24 +10,7 @@
 namespace gradmesh::train {
 namespace {
 
-std::string parameter_names(const std::vector<nn::ParameterInfo>& params) {
-  std::string names;
-  for (const nn::ParameterInfo& p : params) names += (names.empty() ? "" : ",") + p.name;
-  return names;
-}
-
-std::string parameter_names(const nn::Model& model) { return parameter_names(model.parameters()); }
-
-// Where each group starts in the per-element state buffers: groups back to back, in the order given.
-std::vector<int64_t> state_positions(const std::vector<optim::ParamGroup>& groups) {
-  std::vector<int64_t> positions;
-  int64_t at = 0;
-  for (const optim::ParamGroup& g : groups) {
-    positions.push_back(at);
-    at += g.count;
-  }
-  return positions;
-}
+std::string parameter_names(const nn::Model& model) { return parameter_names_text(model.parameters()); }
 
 // Copies the stored elements of `pieces` (ascending) that fall in `groups`
 // (ascending) into `buffer`, laid out as the optimizer lays out its state.
@@ -48,6 +31,22 @@ void cut_into(const std::vector<checkpoint::StatePiece>& pieces, const std::vect
 
 }  // namespace
 
+std::string parameter_names_text(const std::vector<nn::ParameterInfo>& params) {
+  std::string names;
+  for (const nn::ParameterInfo& p : params) names += (names.empty() ? "" : ",") + p.name;
+  return names;
+}
+
+std::vector<int64_t> optimizer_state_positions(const std::vector<optim::ParamGroup>& groups) {
+  std::vector<int64_t> positions;
+  int64_t at = 0;
+  for (const optim::ParamGroup& g : groups) {
+    positions.push_back(at);
+    at += g.count;
+  }
+  return positions;
+}
+
 std::string pytorch_state_key(const std::string& ours) { return ours == "momentum" ? "momentum_buffer" : ours; }
 
 checkpoint::TensorFile whole_optimizer_file(const nn::Model& model, optim::Optimizer& optimizer) {
@@ -59,7 +58,7 @@ checkpoint::TensorFile whole_optimizer_file(const std::vector<nn::ParameterInfo>
                                             const std::string& optimizer_name) {
   checkpoint::TensorFile file;
   file.name = checkpoint::kOptimizerFileName;
-  file.metadata = {{"format", "pt"}, {"optimizer", optimizer_name}, {"param_names", parameter_names(params)}};
+  file.metadata = {{"format", "pt"}, {"optimizer", optimizer_name}, {"param_names", parameter_names_text(params)}};
   for (const auto& [name, buffer] : state) {
     for (size_t i = 0; i < params.size(); ++i) {
       const std::string key = "state." + std::to_string(i) + "." + pytorch_state_key(name);
@@ -97,7 +96,7 @@ checkpoint::TensorFile optimizer_shard_file(const nn::Model& model, optim::Optim
 void restore_optimizer(const checkpoint::LoadedCheckpoint& loaded, const nn::Model& model,
                        optim::Optimizer& optimizer) {
   std::vector<optim::ParamGroup> groups = optimizer.groups();
-  const std::vector<int64_t> positions = state_positions(groups);
+  const std::vector<int64_t> positions = optimizer_state_positions(groups);
   GRADMESH_CHECK(std::is_sorted(groups.begin(), groups.end(),
                                 [](const optim::ParamGroup& a, const optim::ParamGroup& b) { return a.offset < b.offset; }),
                  "optimizer groups are in flat-buffer order");

@@ -17,6 +17,12 @@
 
 namespace gradmesh::train {
 
+// The parameters' names in order, comma-separated (the metadata "param_names").
+std::string parameter_names_text(const std::vector<nn::ParameterInfo>& params);
+// Where each group starts in the optimizer's per-element state buffers:
+// the groups back to back, in the order given.
+std::vector<int64_t> optimizer_state_positions(const std::vector<optim::ParamGroup>& groups);
+
 // Our state buffer name -> PyTorch's key inside state[i] ("momentum" -> "momentum_buffer").
 std::string pytorch_state_key(const std::string& ours);
 

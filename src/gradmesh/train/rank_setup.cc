@@ -46,7 +46,7 @@ std::string message_of(const std::exception_ptr& error) {
   }
 }
 
-// What a tensor-parallel run cannot be combined with yet; pipeline stages are not trained yet.
+// What a split model (tp or pp > 1) cannot be combined with yet.
 void check_mesh_supported(const Config& config, const parallel::MeshShape& mesh) {
   if (mesh.pp == 1 && mesh.tp == 1) return;
   const std::string layout = "pp = " + std::to_string(mesh.pp) + ", tp = " + std::to_string(mesh.tp);
@@ -55,9 +55,11 @@ void check_mesh_supported(const Config& config, const parallel::MeshShape& mesh)
     throw_error(ErrorKind::kConfig, key,
                 why + " cannot be combined with " + what + " (parallel.mesh " + layout + ") yet (docs/model-parallel.md)");
   };
-  if (mesh.pp > 1 && mesh.tp > 1) refuse("parallel.mesh", "tensor parallelism (tp > 1)");
   if (config.model.kind != "gpt") refuse("model.kind", "\"" + config.model.kind + "\" (only the GPT splits its layers)");
-  if (config.parallel.zero != 0) refuse("parallel.zero", "ZeRO stage " + std::to_string(config.parallel.zero));
+  // Stages 1 and 2 shard the optimizer state and gradients over the dp groups
+  // as they do for a whole model; stage 3 gathers parameter units, which a
+  // split model does not declare yet.
+  if (config.parallel.zero == 3) refuse("parallel.zero", "ZeRO stage 3");
   if (config.parallel.straggler != "none") refuse("parallel.straggler", "rebalancing");
   if (config.elastic.recovery == "in-process") refuse("elastic.recovery", "in-process recovery");
   if (mesh.tp > 1 && config.parallel.comm_dtype != "f32") refuse("parallel.comm_dtype", "bf16 gradients");
@@ -110,10 +112,9 @@ PreparedRank prepare(const Config& config, int world_size, bool build_model_now 
   p.mesh = mesh;
   p.data = load_training_data(config, tc.eval_every_epoch);
   p.steps = plan_steps(config, p.data->train->count());
-  // Split layers count their piece. Activations are counted whole, so with tp > 1 the
-  // estimate can exceed the peak (bench/model_parallel.py measures both).
-  p.memory = estimate_rank_memory(config, p.data->geometry,
-                                  count_parameters_per_rank(config.model, p.data->geometry, mesh.tp), world);
+  // The rank that holds the most: its stage's blocks, its pieces of split layers
+  // (bench/model_parallel.py measures the peaks beside the estimate).
+  p.memory = estimate_rank_memory(config, p.data->geometry, mesh);
   p.memory_limit = process_memory_limit();
   check_memory_fits(p.memory, p.memory_limit, local_rank_count());
   p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty();
@@ -189,12 +190,15 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
   }
   const parallel::MeshGroups groups = parallel::create_mesh_groups(group, parallel::DeviceMesh(p.mesh));
   p.dp_group = groups.dp;
+  // Every rank builds its pieces from the seed: identical across the dp replicas without a broadcast.
+  std::shared_ptr<parallel::GroupTensorSplit> tensor_split;
   if (p.mesh.tp > 1) {
     p.tp_group = groups.tp;
-    // Every rank builds its pieces from the seed: identical across the dp replicas without a broadcast.
-    on_every_rank(group.get(), [&] { build_rank_model(config, p, std::make_shared<parallel::GroupTensorSplit>(groups.tp)); },
-                  "building the tensor-parallel model");
-    p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.tp);
+    tensor_split = std::make_shared<parallel::GroupTensorSplit>(groups.tp);
+  }
+  if (p.mesh.pp == 1) {
+    on_every_rank(group.get(), [&] { build_rank_model(config, p, tensor_split); }, "building the tensor-parallel model");
+    p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.model);
     return p;
   }
   // Pipeline stages: this rank's blocks, the pp group twice (activations down
@@ -213,8 +217,8 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
   if (config.model.tie_weights) p.pp_tied = groups.pp->new_group({0, stages - 1});
   const nn::GptStage mine{stage, stages, split_blocks[static_cast<size_t>(stage)].begin,
                           split_blocks[static_cast<size_t>(stage)].end};
-  on_every_rank(group.get(), [&] { build_rank_model(config, p, nullptr, mine); }, "building the pipeline stage");
-  p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.pp,
+  on_every_rank(group.get(), [&] { build_rank_model(config, p, tensor_split, mine); }, "building the pipeline stage");
+  p.whole = std::make_unique<parallel::WholeModelView>(*p.model, groups.model,
                                                        gpt_whole_parameters(config.model, p.data->geometry));
   return p;
 }

@@ -83,7 +83,8 @@ void StepRunner::update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace*
   const auto max_norm = static_cast<float>(config_.optim.clip_grad_norm);
   // Under ZeRO no rank holds the whole summed gradient: the norm comes from every rank's shard.
   if (max_norm > 0) {
-    if (zero_) zero_->clip_grad_norm(max_norm);
+    if (zero_ && whole_) whole_->clip_grad_norm(max_norm, &zero_->owned_ranges(), &zero_->group());
+    else if (zero_) zero_->clip_grad_norm(max_norm);
     else if (whole_) whole_->clip_grad_norm(max_norm);
     else optim::clip_grad_norm(grads, model_.num_parameters(), max_norm);
   }

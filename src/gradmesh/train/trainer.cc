@@ -21,6 +21,7 @@
 #include "gradmesh/parallel/split_balancer.h"
 #include "gradmesh/parallel/mesh.h"
 #include "gradmesh/parallel/zero_param_shards.h"
+#include "gradmesh/train/split_checkpoint.h"
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
@@ -144,6 +145,10 @@ class TrainingRun {
   void set_up_pipeline();
   // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
   bool collective_checkpoints() const { return zero_ != nullptr || prepared_.whole != nullptr; }
+  struct {
+    bool writes = false;  // this rank writes pieces of a split model's checkpoints
+    SplitSave save;
+  } splits_;
   bool leader_;
   PreparedRank prepared_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -336,9 +341,17 @@ void TrainingRun::open_outputs() {
     metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", resumed || options_.generation > 0);
     for (const std::string& note : notes) progress_.message(note);
   }
-  // Under ZeRO every rank writes its optimizer shard and rank 0 commits the checkpoint.
+  // Under ZeRO every rank writes its optimizer shard, a split model's writers
+  // their pieces, and rank 0 commits the checkpoint.
+  if (prepared_.whole) {
+    const checkpoint::SavedLayout layout{prepared_.mesh.dp, prepared_.mesh.pp, prepared_.mesh.tp,
+                                         zero_ ? zero_->stage() : 0};
+    splits_.writes = writes_split_checkpoint(layout, dp_rank_);
+    splits_.save = SplitSave{rank_, split_checkpoint_writers(layout), layout};
+  }
   checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
-                                                    leader_ || zero_, now_seconds(), leader_, parts_timeout_s());
+                                                    leader_ || zero_ || splits_.writes, now_seconds(), leader_,
+                                                    parts_timeout_s());
   if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
   resilience_.started(s_.step, metrics_.get());
 }
@@ -441,19 +454,16 @@ void TrainingRun::run_epoch(int64_t epoch) {
 }
 
 void TrainingRun::save_checkpoint(bool sync) {
-  // Tensor parallelism: every rank helps assemble the whole model; rank 0 alone writes it.
-  if (prepared_.whole && !leader_) {
-    take_whole_snapshot(*prepared_.whole, model(), *optimizer_, current_state());
-    return;
-  }
+  // A split model: the writers save their pieces (split_checkpoint.h); the others hold copies.
+  if (prepared_.whole && !splits_.writes) return;
   const double stalled = checkpointer_->save(
       [&] {
+        if (prepared_.whole) return take_split_snapshot(*prepared_.whole, model(), *optimizer_, current_state(), splits_.save);
         gather_full_parameters();  // stage 3: rank 0 writes the whole model
         struct Release {
           TrainingRun* run;
           ~Release() { run->release_full_parameters(); }
         } release{this};
-        if (prepared_.whole) return take_whole_snapshot(*prepared_.whole, model(), *optimizer_, current_state());
         return zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
                      : take_snapshot(model(), *optimizer_, current_state());
       },

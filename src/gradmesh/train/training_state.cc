@@ -1,6 +1,9 @@
 #include "gradmesh/train/training_state.h"
 
+#include <cstring>
+
 #include "gradmesh/checkpoint/manifest.h"
+#include "gradmesh/checkpoint/model_shards.h"
 #include "gradmesh/checkpoint/optimizer_state.h"
 #include "gradmesh/parallel/rank_agreement.h"
 #include "gradmesh/config.h"
@@ -11,13 +14,12 @@
 namespace gradmesh::train {
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kTrainerFile = "trainer.json";
 
 checkpoint::TensorFile weights_file(const std::vector<std::pair<std::string, Tensor>>& named,
                                     const checkpoint::TrainerState& state) {
   checkpoint::TensorFile weights;
-  weights.name = kModelFile;
+  weights.name = checkpoint::kModelFileName;
   weights.tensors = checkpoint::copy_tensors(named);
   weights.metadata = {{"format", "pt"}, {"producer", "gradmesh " GRADMESH_VERSION}, {"step", std::to_string(state.step)}};
   return weights;
@@ -65,10 +67,11 @@ checkpoint::Snapshot take_sharded_snapshot(const nn::Model& model, optim::Optimi
 }
 
 void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, bool others_allowed) {
-  const checkpoint::SafetensorsFile weights = loaded.read_tensor_file(kModelFile);
   std::vector<std::pair<std::string, Tensor>> named;
-  for (const checkpoint::NamedTensor& t : weights.tensors) named.emplace_back(t.name, t.tensor);
-  model.load_parameters(named, loaded.path + "/" + kModelFile, others_allowed);
+  for (checkpoint::NamedTensor& t : checkpoint::read_model_weights(loaded)) named.emplace_back(t.name, t.tensor);
+  const bool shards = checkpoint::has_model_shards(loaded);
+  model.load_parameters(named, loaded.path + (shards ? " (model shards)" : std::string("/") + checkpoint::kModelFileName),
+                        others_allowed);
 }
 
 void restore_state(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, optim::Optimizer& optimizer) {
@@ -99,25 +102,13 @@ std::vector<std::pair<std::string, Tensor>> whole_named_parameters(const paralle
   return named_views(view.parameters(), view.assemble(model.flat_params()));
 }
 
-checkpoint::Snapshot take_whole_snapshot(const parallel::WholeModelView& view, nn::Model& model,
-                                         optim::Optimizer& optimizer, const checkpoint::TrainerState& state) {
-  std::vector<std::pair<std::string, Tensor>> buffers;
-  for (auto& [name, buffer] : optimizer.state())
-    buffers.emplace_back(name, name == "step" ? buffer.clone() : view.assemble(buffer));
-  checkpoint::Snapshot snapshot;
-  snapshot.step = state.step;
-  snapshot.world_size = state.world_size;
-  snapshot.tensor_files.push_back(weights_file(whole_named_parameters(view, model), state));
-  snapshot.tensor_files.push_back(whole_optimizer_file(view.parameters(), buffers, optimizer.name()));
-  snapshot.text_files.emplace_back(kTrainerFile, checkpoint::trainer_state_json(state));
-  return snapshot;
-}
-
 void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const parallel::WholeModelView& view,
                          nn::Model& model, optim::Optimizer& optimizer) {
   // A split parameter takes its piece of the whole tensor; a pipeline stage its parameters of the whole model.
   restore_weights(loaded, model, /*others_allowed=*/view.parameters().size() != model.parameters().size());
   const checkpoint::ConsolidatedOptimizerState whole = checkpoint::consolidate_optimizer_state(loaded, view.numel());
+  const std::vector<optim::ParamGroup> groups = optimizer.groups();
+  const std::vector<int64_t> positions = optimizer_state_positions(groups);
   if (whole.optimizer != optimizer.name())
     throw_error(ErrorKind::kFormat, loaded.path,
                 "holds the state of optimizer '" + whole.optimizer + "', but this run uses optim.name = '" +
@@ -132,7 +123,13 @@ void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const paral
       throw_error(ErrorKind::kFormat, loaded.path,
                   "holds no '" + pytorch_state_key(name) + "' state, which optim.name = '" + optimizer.name() +
                       "' keeps");
-    view.take(values->second, buffer);
+    // This rank's pieces, laid out like its parameters, then cut along its
+    // optimizer groups (all of them, or its ZeRO shard).
+    Tensor local = Tensor::zeros({model.num_parameters()});
+    view.take(values->second, local);
+    for (size_t g = 0; g < groups.size(); ++g)
+      std::memcpy(buffer.data() + positions[g], local.data() + groups[g].offset,
+                  static_cast<size_t>(groups[g].count) * sizeof(float));
   }
 }
 

@@ -48,7 +48,7 @@ checkpoint::Snapshot take_sharded_snapshot(const nn::Model& model, optim::Optimi
 // before the first step). The checkpoint may be whole or sharded, of any
 // world size; `optimizer` may be built over any groups (restore_optimizer).
 void restore_state(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, optim::Optimizer& optimizer);
-// The weights alone (model.safetensors). `others_allowed`: the file may hold
+// The weights alone (model.safetensors, or joined from model shards). `others_allowed`: the file may hold
 // parameters this model does not (a pipeline stage reads its part).
 void restore_weights(const checkpoint::LoadedCheckpoint& loaded, nn::Model& model, bool others_allowed = false);
 
@@ -68,13 +68,12 @@ bool resume_ranks(comm::ProcessGroup* group, const std::optional<checkpoint::Loa
 void broadcast_training_state(comm::ProcessGroup& group, int root, nn::Model& model, optim::Optimizer* optimizer,
                               checkpoint::TrainerState& state);
 
-// Tensor parallelism (parallel.mesh tp > 1): each rank holds pieces of the
-// split parameters, and checkpoints hold the whole model, so they load under
-// any layout. Collective over the view's group: every rank of it calls them.
+// A split model (parallel.mesh tp or pp > 1): each rank holds pieces of the
+// whole model. The whole parameters, assembled: collective over the view's
+// group (the final model.safetensors). Checkpoints are written in pieces
+// (split_checkpoint.h).
 std::vector<std::pair<std::string, Tensor>> whole_named_parameters(const parallel::WholeModelView& view,
                                                                    nn::Model& model);
-checkpoint::Snapshot take_whole_snapshot(const parallel::WholeModelView& view, nn::Model& model,
-                                         optim::Optimizer& optimizer, const checkpoint::TrainerState& state);
 // This rank's pieces of a checkpoint saved under any layout (whole, ZeRO shards, split).
 void restore_split_state(const checkpoint::LoadedCheckpoint& loaded, const parallel::WholeModelView& view,
                          nn::Model& model, optim::Optimizer& optimizer);
