@@ -9,8 +9,10 @@ parallelism on 2 ranks; tensor parallelism on 2 ranks (tp = 2); 2 pipeline
 stages (pp = 2, 1F1B over 4 micro-batches of 2 windows); ZeRO stage 3
 on 2 ranks (for comparison: it shards the same state differently); and
 on 4 ranks dp 2 x tp 2, pp 2 x tp 2, and ZeRO on the dp groups of
-dp 2 x pp 2 (stage 1) and dp 2 x tp 2 (stage 2). The estimate is the one
-each run prints at start, for its largest rank. Memory: the largest rank's ru_maxrss. Throughput:
+dp 2 x pp 2 (stage 1) and dp 2 x tp 2 (stage 2); and pp = 2 with 8
+micro-batches of one window under 1F1B and GPipe (1F1B holds at most 2 in
+flight per stage, GPipe all 8). The estimate is the one each run prints at
+start, for its largest rank. Memory: the largest rank's ru_maxrss. Throughput:
 tokens/s over the steps after the first (train_seconds of a run of
 `--steps` minus one of 1 step, so start-up and the first step's allocations
 are left out).
@@ -19,9 +21,9 @@ On two cores, more processes than cores time-share them: a layout's
 throughput here says what splitting costs in communication and in lost
 GEMM efficiency, not what it gains on a machine with a core per rank.
 
-usage: bench/model_parallel.py [--steps 6] [--gradmesh build/gradmesh]
+usage: bench/model_parallel.py [--steps 6] [--only REGEX] [--gradmesh build/gradmesh]
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, re, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zero_memory  # noqa: E402  (the same model, run and metrics reader)
@@ -37,6 +39,9 @@ LAYOUTS = [  # (name, ranks, extra config)
     ("pp 2 x tp 2", 4, ["parallel.mesh.pp=2", "parallel.mesh.tp=2"]),
     ("dp 2 x pp 2, ZeRO stage 1", 4, ["parallel.mesh.pp=2", "parallel.zero=1"]),
     ("dp 2 x tp 2, ZeRO stage 2", 4, ["parallel.mesh.tp=2", "parallel.zero=2"]),
+    ("pp = 2, 1F1B, 8 micro-batches", 2, ["parallel.mesh.pp=2", "parallel.micro_batches=8"]),
+    ("pp = 2, GPipe, 8 micro-batches", 2,
+     ["parallel.mesh.pp=2", "parallel.micro_batches=8", "parallel.pipeline_schedule=gpipe"]),
 ]
 
 
@@ -53,6 +58,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gradmesh", default=os.path.join(zero_memory.ROOT, "build", "gradmesh"))
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--only", default="", help="run the layouts whose name matches this regular expression")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([args.gradmesh, "data", "prepare-text", "--vocab", "char", "--output", f"{tmp}/tokens"],
@@ -64,6 +70,8 @@ def main():
         print("|---|---|---|---|---|---|---|---|")
         base = None
         for i, (name, ranks, extra) in enumerate(LAYOUTS):
+            if i > 0 and args.only and not re.search(args.only, name):
+                continue  # one process always runs: it is the anchor
             memory, peaks = run(args.gradmesh, tmp, f"l{i}s", ranks, extra, args.steps)
             run(args.gradmesh, tmp, f"l{i}o", ranks, extra, 1)
             full = zero_memory_summary(tmp, f"l{i}s", ranks, extra)
