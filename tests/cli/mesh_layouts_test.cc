@@ -84,7 +84,7 @@ TEST_F(MeshLayouts, EveryLayoutOfUpToFourProcessesTrainsTheWeightsOfOneProcess) 
   for (const Layout& l : {Layout{2, 1, 1, 0}, Layout{1, 2, 1, 0}, Layout{1, 1, 2, 0}, Layout{4, 1, 1, 0},
                           Layout{1, 4, 1, 0}, Layout{1, 1, 4, 0}, Layout{2, 2, 1, 0}, Layout{2, 1, 2, 0},
                           Layout{1, 2, 2, 0}, Layout{2, 1, 1, 1}, Layout{4, 1, 1, 2}, Layout{2, 2, 1, 1},
-                          Layout{2, 1, 2, 2}}) {
+                          Layout{2, 1, 2, 2}, Layout{2, 1, 2, 3}}) {
     const CommandResult r = train_ok(l.id(), l.flags());
     const std::string mesh = "mesh: dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " +
                              std::to_string(l.tp);
@@ -126,7 +126,8 @@ TEST_F(MeshLayouts, SplitCheckpointsAreWrittenInPiecesAndLoadUnderEveryLayout) {
   const std::string resume = " --resume " + step10;
   train_ok("same", resume + saved.flags());
   EXPECT_EQ(named_weights(weights("same")), named_weights(weights("full"))) << "the same layout: bit for bit";
-  for (const Layout& l : {Layout{1, 1, 1, 0}, Layout{2, 1, 1, 2}, Layout{1, 4, 1, 0}, Layout{2, 1, 2, 1}}) {
+  for (const Layout& l :
+       {Layout{1, 1, 1, 0}, Layout{2, 1, 1, 2}, Layout{1, 4, 1, 0}, Layout{2, 1, 2, 1}, Layout{2, 1, 2, 3}}) {
     train_ok("from-" + l.id(), resume + (l.dp * l.pp * l.tp > 1 ? l.flags() : ""));
     EXPECT_EQ(compare_weight_files(weights("from-" + l.id()), weights("full"), kRelativeTolerance), "") << l.id();
   }

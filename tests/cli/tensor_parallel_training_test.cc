@@ -96,7 +96,7 @@ TEST_F(TensorParallelTraining, LayoutsTrainingCannotRunAreConfigErrors) {
   struct Case {
     std::string extra, key;
   };
-  for (const Case& c : {Case{" --set parallel.mesh.tp=2 --set parallel.zero=3", "parallel.zero"},
+  for (const Case& c : {Case{" --set parallel.mesh.tp=2 --set parallel.comm_dtype=bf16", "parallel.comm_dtype"},
                         Case{" --set parallel.mesh.tp=3", "parallel.mesh"},
                         Case{" --set parallel.mesh.tp=2 --set model.n_head=3 --set model.n_embd=33", "model.n_head"}}) {
     const std::string nproc = c.extra.find("--nproc-per-node") == std::string::npos ? " --nproc-per-node 2" : "";

@@ -56,10 +56,9 @@ void check_mesh_supported(const Config& config, const parallel::MeshShape& mesh)
                 why + " cannot be combined with " + what + " (parallel.mesh " + layout + ") yet (docs/model-parallel.md)");
   };
   if (config.model.kind != "gpt") refuse("model.kind", "\"" + config.model.kind + "\" (only the GPT splits its layers)");
-  // Stages 1 and 2 shard the optimizer state and gradients over the dp groups
-  // as they do for a whole model; stage 3 gathers parameter units, which a
-  // split model does not declare yet.
-  if (config.parallel.zero == 3) refuse("parallel.zero", "ZeRO stage 3");
+  // ZeRO shards over the dp groups as it does for a whole model; stage 3
+  // gathers parameter units, which a pipeline stage does not declare yet.
+  if (config.parallel.zero == 3 && mesh.pp > 1) refuse("parallel.zero", "ZeRO stage 3");
   if (config.parallel.straggler != "none") refuse("parallel.straggler", "rebalancing");
   if (config.elastic.recovery == "in-process") refuse("elastic.recovery", "in-process recovery");
   if (mesh.tp > 1 && config.parallel.comm_dtype != "f32") refuse("parallel.comm_dtype", "bf16 gradients");
@@ -117,7 +116,8 @@ PreparedRank prepare(const Config& config, int world_size, bool build_model_now 
   p.memory = estimate_rank_memory(config, p.data->geometry, mesh);
   p.memory_limit = process_memory_limit();
   check_memory_fits(p.memory, p.memory_limit, local_rank_count());
-  p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty();
+  // A split model initialises its pieces whole on every rank (tp already divides them).
+  p.deferred_init = world > 1 && config.parallel.zero == 3 && tc.init_from.empty() && mesh.pp == 1 && mesh.tp == 1;
   if (build_model_now) build_rank_model(config, p, nullptr);
   return p;
 }
