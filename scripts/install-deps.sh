@@ -13,6 +13,7 @@ packages=(
   libxxhash-dev                           # stable hashes (store-key file names, shm segment names, collective fingerprints)
   libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
   libgloo-dev                             # TCP collectives
+  libcpp-httplib-dev                      # the HTTP server of gradmesh serve
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun
   iproute2                                # network-namespace tests (two emulated hosts)
   libgtest-dev libgmock-dev               # tests

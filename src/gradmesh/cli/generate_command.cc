@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <vector>
 
-#include "gradmesh/checkpoint/checkpoint_reader.h"
-#include "gradmesh/checkpoint/model_shards.h"
+#include "gradmesh/cli/model_source.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
@@ -17,32 +15,6 @@
 #include "gradmesh/train/model_factory.h"
 
 namespace gradmesh::cli {
-namespace {
-
-namespace fs = std::filesystem;
-
-// The config.toml of the run `path` belongs to: in it, or up to three levels
-// up (<run>/checkpoints/step-N/model.safetensors).
-std::string find_run_config(const std::string& path) {
-  fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-  for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
-    if (fs::is_regular_file(dir / "config.toml")) return (dir / "config.toml").string();
-  throw_error(ErrorKind::kConfig, path,
-              "no config.toml in it or the directories above it, so the model's shape is unknown; pass --config");
-}
-
-checkpoint::SafetensorsFile read_weights(const std::string& path) {
-  if (!fs::exists(path)) throw_error(ErrorKind::kIo, path, "does not exist");
-  if (!fs::is_directory(path)) return checkpoint::read_safetensors(path);
-  // A finished run's final weights, else its newest verified checkpoint.
-  if (fs::is_regular_file(fs::path(path) / "model.safetensors") && !checkpoint::is_step_directory(path))
-    return checkpoint::read_safetensors((fs::path(path) / "model.safetensors").string());
-  checkpoint::SafetensorsFile weights;
-  weights.tensors = checkpoint::read_model_weights(checkpoint::load_checkpoint(path));  // whole or joined from shards
-  return weights;
-}
-
-}  // namespace
 
 int run_generate(const GenerateArgs& args) {
   kernels::set_num_threads(static_cast<int>(args.threads));
@@ -55,7 +27,7 @@ int run_generate(const GenerateArgs& args) {
   geometry.vocab_size = vocab.vocab_size;
   const nn::GptSpec spec = train::gpt_spec(config.model, geometry);
   nn::Model model(nn::build_gpt(spec), config.train.seed);
-  checkpoint::SafetensorsFile file = read_weights(args.checkpoint);
+  checkpoint::SafetensorsFile file = read_model_weights_at(args.checkpoint).file;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
   model.load_parameters(tensors, args.checkpoint);

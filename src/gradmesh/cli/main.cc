@@ -6,6 +6,7 @@
 
 #include "gradmesh/cli/commands.h"
 #include "gradmesh/cli/generate_command.h"
+#include "gradmesh/cli/serve_command.h"
 #include "gradmesh/cli/launch_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
@@ -119,6 +120,32 @@ int main(int argc, char** argv) {
   generate->add_option("--config", gen.config, "Config of the model (default: the run's config.toml)");
   generate->add_option("--threads", gen.threads, "Compute threads")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
 
+  gradmesh::cli::ServeArgs serve_args;
+  CLI::App* serve = app.add_subcommand("serve", "Serve trained models over HTTP (Open Inference Protocol v2, docs/serve.md)");
+  serve->add_option("models", serve_args.models, "NAME=PATH or PATH: a run, checkpoint or .safetensors file, one per model")
+      ->required();
+  serve->add_option("--host", serve_args.server.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", serve_args.server.port, "Port (0: any free one, printed at start)")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  serve->add_option("--config", serve_args.config, "Config of the models (default: each run's config.toml)");
+  serve->add_option("--token-file", serve_args.token_file,
+                    "File holding a bearer token every endpoint but /v2/health/* then requires");
+  serve->add_option("--max-batch", serve_args.server.batch.max_batch, "Rows per forward pass (dynamic batching)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  serve->add_option("--max-delay-us", serve_args.server.batch.max_delay_us,
+                    "How long a request waits for others to share its batch")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{10'000'000}));
+  serve->add_option("--max-queue", serve_args.server.batch.max_queue, "Requests waiting per model before 503")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  serve->add_option("--inference-threads", serve_args.server.batch.threads, "Batches run at once per model")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  serve->add_option("--http-threads", serve_args.server.http_threads, "Connections served at once")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  serve->add_option("--threads", serve_args.threads, "Compute threads of each forward pass")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  serve->add_option("--max-body-mb", serve_args.max_body_mb, "Largest request body (larger: 413)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");
   CLI::App* docs_env = docs->add_subcommand("env", "Every GRADMESH_* environment variable (docs/env.md)");
@@ -147,6 +174,7 @@ int main(int argc, char** argv) {
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
     if (*generate) return gradmesh::cli::run_generate(gen);
+    if (*serve) return gradmesh::cli::run_serve(serve_args);
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
     if (*launch) return gradmesh::cli::run_launch(launch_args);

@@ -1,0 +1,27 @@
+// gradmesh serve MODEL...: the inference server (serve/inference_server.h)
+// for trained models, until SIGTERM or SIGINT, which drain it: it stops
+// accepting, finishes the requests in flight, and exits 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gradmesh/serve/inference_server.h"
+
+namespace gradmesh::cli {
+
+struct ServeArgs {
+  // Each NAME=PATH or PATH (the name is then the run's or file's name); PATH
+  // as gradmesh generate takes it (cli/model_source.h).
+  std::vector<std::string> models;
+  std::string config;      // "" = each model's run config.toml
+  std::string token_file;  // "" = no authentication
+  int64_t max_body_mb = 64;
+  int64_t threads = 1;     // compute threads of each forward pass
+  serve::ServerOptions server;
+};
+
+int run_serve(ServeArgs args);
+
+}  // namespace gradmesh::cli

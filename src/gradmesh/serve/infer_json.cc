@@ -1,0 +1,189 @@
+#include "gradmesh/serve/infer_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::serve {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr double kExactInFloat = 16777216.0;  // 2^24: integers beyond lose bits in float32
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) { throw_error(ErrorKind::kUsage, field, what); }
+
+std::string type_text(const Json& v) {
+  const std::string dump = v.dump();
+  return std::string(v.type_name()) + (dump.size() <= 40 ? " " + dump : "");
+}
+
+const Json& member(const Json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) bad(where + "." + key, "is missing");
+  return *it;
+}
+
+float element(const Json& v, Datatype type, const std::string& field) {
+  switch (type) {
+    case Datatype::kFp32:
+    case Datatype::kFp64:
+      if (!v.is_number()) bad(field, "is " + type_text(v) + "; expected a number");
+      return static_cast<float>(v.get<double>());
+    case Datatype::kBool:
+      if (!v.is_boolean()) bad(field, "is " + type_text(v) + "; expected true or false");
+      return v.get<bool>() ? 1.0f : 0.0f;
+    case Datatype::kInt64:
+    case Datatype::kInt32:
+    case Datatype::kUint8: {
+      if (!v.is_number_integer()) bad(field, "is " + type_text(v) + "; expected an integer");
+      const double x = v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>()) : static_cast<double>(v.get<int64_t>());
+      const double lo = type == Datatype::kUint8 ? 0 : -kExactInFloat, hi = type == Datatype::kUint8 ? 255 : kExactInFloat;
+      if (x < lo || x > hi)
+        bad(field, "is " + v.dump() + "; expected an integer in [" + std::to_string(static_cast<int64_t>(lo)) + ", " +
+                       std::to_string(static_cast<int64_t>(hi)) + "] (" + datatype_name(type) +
+                       " values are computed in float32)");
+      return static_cast<float>(x);
+    }
+  }
+  bad(field, "has an unknown datatype");
+}
+
+// Appends the elements of `data` (flat, or nested `depth` levels deep) to `out`.
+void flatten(const Json& data, Datatype type, const std::string& field, int depth, int64_t limit,
+             std::vector<float>& out) {
+  if (!data.is_array()) {
+    out.push_back(element(data, type, field));
+    return;
+  }
+  if (depth <= 0) bad(field, "is nested deeper than the shape");
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (static_cast<int64_t>(out.size()) >= limit) bad(field, "holds more elements than the shape");
+    flatten(data[i], type, field + "[" + std::to_string(i) + "]", depth - 1, limit, out);
+  }
+}
+
+InferInput parse_input(const Json& j, const std::string& where, const RequestLimits& limits) {
+  if (!j.is_object()) bad(where, "is " + type_text(j) + "; expected an object {name, shape, datatype, data}");
+  InferInput in;
+  const Json& name = member(j, "name", where);
+  if (!name.is_string() || name.get<std::string>().empty()) bad(where + ".name", "expected a non-empty string");
+  in.name = name.get<std::string>();
+  const Json& datatype = member(j, "datatype", where);
+  if (!datatype.is_string()) bad(where + ".datatype", "is " + type_text(datatype) + "; expected a string such as \"FP32\"");
+  in.datatype = parse_datatype(datatype.get<std::string>(), where + ".datatype");
+  const Json& shape = member(j, "shape", where);
+  if (!shape.is_array() || shape.size() > 8) bad(where + ".shape", "expected an array of at most 8 dimensions");
+  int64_t count = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const std::string field = where + ".shape[" + std::to_string(d) + "]";
+    if (!shape[d].is_number_integer() || shape[d].get<double>() < 0 || shape[d].get<double>() > limits.max_elements)
+      bad(field, "is " + shape[d].dump() + "; expected an integer from 0 to " + std::to_string(limits.max_elements));
+    const auto n = shape[d].get<int64_t>();
+    in.shape.push_back(n);
+    count *= n;
+    if (count > limits.max_elements)
+      bad(where + ".shape", "has more than " + std::to_string(limits.max_elements) + " elements (the server's limit)");
+  }
+  const Json& data = member(j, "data", where);
+  std::vector<float> values;
+  values.reserve(static_cast<size_t>(count));
+  flatten(data, in.datatype, where + ".data", static_cast<int>(in.shape.size()), count, values);
+  if (static_cast<int64_t>(values.size()) != count)
+    bad(where + ".data", "holds " + std::to_string(values.size()) + " elements; the shape " + shape.dump() + " needs " +
+                             std::to_string(count));
+  in.values = Tensor::from_vector(in.shape.empty() ? Shape{} : in.shape, values);
+  return in;
+}
+
+}  // namespace
+
+const char* datatype_name(Datatype type) {
+  switch (type) {
+    case Datatype::kFp32: return "FP32";
+    case Datatype::kFp64: return "FP64";
+    case Datatype::kInt64: return "INT64";
+    case Datatype::kInt32: return "INT32";
+    case Datatype::kUint8: return "UINT8";
+    case Datatype::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+Datatype parse_datatype(const std::string& name, const std::string& field) {
+  for (Datatype t : {Datatype::kFp32, Datatype::kFp64, Datatype::kInt64, Datatype::kInt32, Datatype::kUint8,
+                     Datatype::kBool})
+    if (name == datatype_name(t)) return t;
+  bad(field, "is \"" + name + "\"; expected FP32, FP64, INT64, INT32, UINT8 or BOOL");
+}
+
+InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits) {
+  Json j;
+  try {
+    j = Json::parse(body);
+  } catch (const Json::exception& e) {
+    bad("request body", std::string("is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad("request body", "is " + type_text(j) + "; expected a JSON object with \"inputs\"");
+  InferRequest r;
+  if (const auto id = j.find("id"); id != j.end()) {
+    if (!id->is_string()) bad("id", "is " + type_text(*id) + "; expected a string");
+    r.id = id->get<std::string>();
+  }
+  const Json& inputs = member(j, "inputs", "request");
+  if (!inputs.is_array() || inputs.empty()) bad("inputs", "expected a non-empty array of input tensors");
+  if (static_cast<int>(inputs.size()) > limits.max_inputs)
+    bad("inputs", "has " + std::to_string(inputs.size()) + " tensors; at most " + std::to_string(limits.max_inputs));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    r.inputs.push_back(parse_input(inputs[i], "inputs[" + std::to_string(i) + "]", limits));
+  if (const auto outputs = j.find("outputs"); outputs != j.end()) {
+    if (!outputs->is_array()) bad("outputs", "is " + type_text(*outputs) + "; expected an array of {name}");
+    for (size_t i = 0; i < outputs->size(); ++i) {
+      const Json& o = (*outputs)[i];
+      const std::string where = "outputs[" + std::to_string(i) + "]";
+      if (!o.is_object()) bad(where, "is " + type_text(o) + "; expected an object {name}");
+      const Json& name = member(o, "name", where);
+      if (!name.is_string()) bad(where + ".name", "expected a string");
+      r.outputs.push_back(name.get<std::string>());
+    }
+  }
+  return r;
+}
+
+std::string infer_response_json(const std::string& model_name, const std::string& model_version,
+                                const std::string& id, const std::vector<InferOutput>& outputs) {
+  // Written by hand: floats in their shortest exact form (std::to_chars), not as doubles.
+  auto quoted = [](const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); };
+  std::string out = "{\"model_name\":" + quoted(model_name) + ",\"model_version\":" + quoted(model_version);
+  if (!id.empty()) out += ",\"id\":" + quoted(id);
+  out += ",\"outputs\":[";
+  char number[32];
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const InferOutput& o = outputs[k];
+    out += (k ? ",{" : "{") + std::string("\"name\":") + quoted(o.name) + ",\"datatype\":\"" +
+           datatype_name(o.datatype) + "\",\"shape\":" + Json(o.values.shape()).dump() + ",\"data\":[";
+    const float* v = o.values.data();
+    const bool integer = o.datatype == Datatype::kInt64 || o.datatype == Datatype::kInt32;
+    for (int64_t i = 0; i < o.values.numel(); ++i) {
+      if (i) out += ',';
+      if (!std::isfinite(v[i])) {
+        out += "null";  // JSON has no NaN or infinity
+        continue;
+      }
+      const auto r = integer ? std::to_chars(number, number + sizeof(number), static_cast<int64_t>(std::lround(v[i])))
+                             : std::to_chars(number, number + sizeof(number), v[i]);
+      out.append(number, r.ptr);
+    }
+    out += "]}";
+  }
+  return out + "]}";
+}
+
+std::string error_json(const std::string& message) {
+  // A message may quote a client's bytes: never fail on invalid UTF-8.
+  return Json{{"error", message}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace gradmesh::serve

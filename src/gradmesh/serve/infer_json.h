@@ -1,0 +1,67 @@
+// The Open Inference Protocol v2 (KServe, Triton) inference request and
+// response as JSON:
+//
+//   request  {"id": "42", "inputs": [{"name": "input", "shape": [2, 784],
+//             "datatype": "FP32", "data": [0.0, 0.1, ...]}],
+//             "outputs": [{"name": "logits"}]}            ("id", "outputs" optional)
+//   response {"model_name": "mlp", "model_version": "1200", "id": "42",
+//             "outputs": [{"name": "logits", "shape": [2, 10],
+//             "datatype": "FP32", "data": [...]}]}
+//
+// "data" is row-major, flat or nested as the shape. Parsing is strict: every
+// problem is Error(kUsage) naming the field ("inputs[0].shape[1]") and what
+// was expected, which the server answers with 400.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gradmesh/core/tensor.h"
+
+namespace gradmesh::serve {
+
+// The datatypes a request may carry; every one is read into float32, the
+// models' input type (token ids are exact up to 2^24).
+enum class Datatype { kFp32, kFp64, kInt64, kInt32, kUint8, kBool };
+const char* datatype_name(Datatype type);  // "FP32", ...
+// nullopt-free: Error(kUsage) naming `field` for anything else.
+Datatype parse_datatype(const std::string& name, const std::string& field);
+
+struct InferInput {
+  std::string name;
+  Shape shape;
+  Datatype datatype = Datatype::kFp32;
+  Tensor values;  // F32, shape `shape`
+};
+
+struct InferRequest {
+  std::string id;                         // echoed in the response; "" when absent
+  std::vector<InferInput> inputs;
+  std::vector<std::string> outputs;       // requested outputs by name; empty = all
+};
+
+struct RequestLimits {
+  int64_t max_elements = int64_t{1} << 24;  // per input tensor
+  int max_inputs = 16;
+};
+
+// Parses a request body. Error(kUsage) naming the field for malformed JSON,
+// a missing or ill-typed field, an unknown datatype, a negative or huge
+// dimension, data whose length is not the shape's product (or whose values
+// do not fit the datatype), more than the limits allow.
+InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits = {});
+
+struct InferOutput {
+  std::string name;
+  Datatype datatype = Datatype::kFp32;
+  Tensor values;  // F32; written as the datatype says (INT64: rounded)
+};
+
+std::string infer_response_json(const std::string& model_name, const std::string& model_version,
+                                const std::string& id, const std::vector<InferOutput>& outputs);
+
+// {"error": "<message>"}
+std::string error_json(const std::string& message);
+
+}  // namespace gradmesh::serve

@@ -1,0 +1,279 @@
+#include "gradmesh/serve/inference_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "gradmesh/config.h"
+#include "gradmesh/core/clock.h"
+#include "gradmesh/core/error.h"
+#include "gradmesh/obs/prometheus.h"
+
+namespace gradmesh::serve {
+namespace {
+
+using Json = nlohmann::json;
+
+// Seconds from 100 us to about 13 s.
+std::vector<double> latency_bounds() { return obs::exponential_bounds(1e-4, 2, 18); }
+
+// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0;
+}
+
+Json spec_json(const TensorSpec& s) {
+  return {{"name", s.name}, {"datatype", datatype_name(s.datatype)}, {"shape", s.shape}};
+}
+
+void reply(httplib::Response& res, int status, const std::string& body) {
+  res.status = status;
+  res.set_content(body, "application/json");
+}
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  reply(res, status, error_json(message));
+}
+
+}  // namespace
+
+struct InferenceServer::Impl {
+  struct Entry {
+    std::shared_ptr<ServedModel> model;
+    std::unique_ptr<DynamicBatcher> batcher;
+  };
+  ServerOptions options;
+  std::map<std::string, Entry> models;
+  httplib::Server http;
+  std::atomic<bool> stopping{false};
+  std::once_flag stopped;
+  std::mutex run_mutex;
+  std::condition_variable run_done;
+  bool running = false;
+
+  obs::MetricsRegistry metrics;
+  obs::CounterFamily& requests = metrics.counter(
+      "gradmesh_serve_requests_total", "Inference requests answered, by model and HTTP status.");
+  obs::HistogramFamily& queue_seconds = metrics.histogram(
+      "gradmesh_serve_queue_seconds", "Time an inference request waited for its batch to start.", latency_bounds());
+  obs::HistogramFamily& compute_seconds = metrics.histogram(
+      "gradmesh_serve_compute_seconds", "Time of the forward pass of the batch a request ran in.", latency_bounds());
+  obs::HistogramFamily& request_seconds = metrics.histogram(
+      "gradmesh_serve_request_seconds", "Time from a request's arrival to its response, by model.", latency_bounds());
+  obs::HistogramFamily& batch_rows = metrics.histogram(
+      "gradmesh_serve_batch_rows", "Rows per forward pass (dynamic batching), by model.",
+      obs::exponential_bounds(1, 2, 10));
+  obs::GaugeFamily& queue_depth =
+      metrics.gauge("gradmesh_serve_queue_depth", "Requests waiting for a batch, by model.");
+  obs::GaugeFamily& model_info =
+      metrics.gauge("gradmesh_serve_model_info", "The version each model serves (always 1).");
+
+  const Entry* find(const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    const auto it = models.find(name);
+    if (it == models.end()) {
+      reply_error(res, 404, "model '" + name + "' is not served here");
+      return nullptr;
+    }
+    const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
+    if (!version.empty() && version != it->second.model->version()) {
+      reply_error(res, 404, "model '" + name + "' has no version '" + version + "'; it serves version '" +
+                                it->second.model->version() + "'");
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  void metadata(const httplib::Request& req, httplib::Response& res) {
+    const Entry* e = find(req, res);
+    if (!e) return;
+    Json outputs = Json::array();
+    for (const TensorSpec& s : e->model->outputs()) outputs.push_back(spec_json(s));
+    reply(res, 200,
+          Json{{"name", e->model->name()},
+               {"versions", {e->model->version()}},
+               {"platform", "gradmesh_" + e->model->shape().kind},
+               {"inputs", {spec_json(e->model->input())}},
+               {"outputs", outputs}}
+              .dump());
+  }
+
+  void infer(const httplib::Request& req, httplib::Response& res) {
+    const double start = now_seconds();
+    const Entry* e = find(req, res);
+    if (!e) return;
+    const obs::Labels model{{"model", e->model->name()}};
+    auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
+    InferRequest request;
+    Tensor rows;
+    try {
+      if (req.has_header("Inference-Header-Content-Length"))
+        throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length",
+                    "the binary tensor data extension is not supported yet; send the tensors as JSON");
+      request = parse_infer_request(req.body, options.limits);
+      if (request.inputs.size() != 1)
+        throw_error(ErrorKind::kUsage, "inputs",
+                    "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
+                        "' takes one, '" + e->model->input().name + "'");
+      rows = e->model->rows_of(request.inputs[0]);
+      e->model->outputs_of(Tensor::zeros({1, e->model->shape().classes}), request.outputs);  // names checked now
+    } catch (const Error& error) {
+      reply_error(res, 400, error.what());
+      count(400);
+      return;
+    }
+    std::future<BatchResult> pending;
+    try {
+      pending = e->batcher->submit(rows);
+    } catch (const QueueFull& full) {
+      res.set_header("Retry-After", "1");
+      reply_error(res, 503, "model '" + e->model->name() + "' is busy: " + full.what() + "; retry later");
+      count(503);
+      return;
+    }
+    try {
+      const BatchResult result = pending.get();
+      const std::vector<InferOutput> outputs = e->model->outputs_of(result.output, request.outputs);
+      reply(res, 200, infer_response_json(e->model->name(), e->model->version(), request.id, outputs));
+      queue_seconds.observe(model, result.queue_seconds);
+      compute_seconds.observe(model, result.compute_seconds);
+      request_seconds.observe(model, now_seconds() - start);
+      count(200);
+    } catch (const std::exception& error) {
+      reply_error(res, 500, std::string("inference failed: ") + error.what());
+      count(500);
+    }
+  }
+
+  void route() {
+    http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+    const int threads = options.http_threads;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (options.token.empty() || req.path.rfind("/v2/health/", 0) == 0) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), options.token))
+        return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("WWW-Authenticate", "Bearer");
+      reply_error(res, 401, auth.empty() ? "this server requires \"Authorization: Bearer <token>\""
+                                         : "the bearer token is not the server's");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Statuses the library sets itself (404 without a route, 413, 400 for a
+    // malformed request line) get the protocol's JSON body too.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string why = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                              : res.status == 413 ? "the request body is larger than the server accepts"
+                                                  : "malformed request (HTTP " + std::to_string(res.status) + ")";
+      reply_error(res, res.status, why);
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      reply_error(res, 500, "internal error: " + what);
+    });
+    http.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
+      reply(res, 200, Json{{"live", true}}.dump());
+    });
+    http.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+      const bool ready = !stopping;
+      reply(res, ready ? 200 : 503, Json{{"ready", ready}}.dump());
+    });
+    http.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+      reply(res, 200, Json{{"name", "gradmesh"}, {"version", GRADMESH_VERSION}, {"extensions", Json::array()}}.dump());
+    });
+    const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+    http.Get(model, [this](const httplib::Request& req, httplib::Response& res) { metadata(req, res); });
+    http.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
+      if (const Entry* e = find(req, res)) reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
+    });
+    http.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res) { infer(req, res); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = 200;
+      res.set_content(render_metrics(), "text/plain; version=0.0.4");
+    });
+  }
+
+  std::string render_metrics() {
+    for (auto& [name, e] : models) {
+      queue_depth.set({{"model", name}}, static_cast<double>(e.batcher->queue_depth()));
+      model_info.set({{"model", name}, {"version", e.model->version()}}, 1);
+    }
+    return metrics.render();
+  }
+};
+
+InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> models, ServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  for (std::shared_ptr<ServedModel>& m : models) {
+    const std::string name = m->name();
+    if (impl_->models.count(name)) throw_error(ErrorKind::kUsage, "model '" + name + "'", "is given twice");
+    Impl::Entry e;
+    e.model = m;
+    obs::HistogramFamily* rows = &impl_->batch_rows;
+    e.batcher = std::make_unique<DynamicBatcher>(
+        [model = m](const Tensor& batch) { return model->forward(batch); }, impl_->options.batch,
+        [rows, name](int64_t n, double) { rows->observe({{"model", name}}, static_cast<double>(n)); });
+    impl_->models.emplace(name, std::move(e));
+  }
+  impl_->route();
+}
+
+InferenceServer::~InferenceServer() { stop(); }
+
+int InferenceServer::bind() {
+  const ServerOptions& o = impl_->options;
+  const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host)
+                               : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
+  if (port <= 0)
+    throw_error(ErrorKind::kIo, o.host + ":" + std::to_string(o.port),
+                "cannot listen there (in use, or not an address of this machine)");
+  return port;
+}
+
+void InferenceServer::run() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->run_mutex);
+    if (impl_->stopping) return;
+    impl_->running = true;
+  }
+  impl_->http.listen_after_bind();  // returns once stopped and every connection's handler has finished
+  {
+    std::lock_guard<std::mutex> lock(impl_->run_mutex);
+    impl_->running = false;
+  }
+  impl_->run_done.notify_all();
+}
+
+void InferenceServer::stop() {
+  std::call_once(impl_->stopped, [this] {
+    {
+      std::lock_guard<std::mutex> lock(impl_->run_mutex);
+      impl_->stopping = true;
+    }
+    impl_->http.stop();
+    // Requests in flight finish first: their handlers wait on the batchers.
+    std::unique_lock<std::mutex> lock(impl_->run_mutex);
+    impl_->run_done.wait(lock, [this] { return !impl_->running; });
+    lock.unlock();
+    for (auto& [name, e] : impl_->models) e.batcher->stop();
+  });
+}
+
+std::string InferenceServer::metrics_text() const { return impl_->render_metrics(); }
+
+}  // namespace gradmesh::serve

@@ -1,0 +1,63 @@
+// `gradmesh serve`'s HTTP server: the Open Inference Protocol v2 (KServe,
+// Triton) over HTTP/1.1 for the models it holds, with dynamic batching per
+// model, Prometheus metrics and bearer-token authentication.
+//
+//   GET  /v2/health/live, /v2/health/ready           (never need a token)
+//   GET  /v2                                          server metadata
+//   GET  /v2/models/{name}[/versions/{v}]            model metadata
+//   GET  /v2/models/{name}[/versions/{v}]/ready
+//   POST /v2/models/{name}[/versions/{v}]/infer      JSON tensors (infer_json.h)
+//   GET  /metrics                                     Prometheus text
+//
+// Errors are the protocol's {"error": "..."}: 400 for a malformed request
+// (the message names the field), 401 without the token, 404 for an unknown
+// model, version or path, 413 for a body over the limit, 503 with
+// Retry-After when a model's queue is full or the server is stopping.
+// The HTTP library (cpp-httplib) stays inside inference_server.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradmesh/serve/batcher.h"
+#include "gradmesh/serve/infer_json.h"
+#include "gradmesh/serve/served_model.h"
+
+namespace gradmesh::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                             // 0: any free port (bind() says which)
+  std::string token;                           // non-empty: required as "Authorization: Bearer <token>"
+  int64_t max_body_bytes = int64_t{64} << 20;  // larger bodies get 413
+  RequestLimits limits;
+  BatchOptions batch;
+  int http_threads = 16;                       // connections served at once
+};
+
+class InferenceServer {
+ public:
+  InferenceServer(std::vector<std::shared_ptr<ServedModel>> models, ServerOptions options);
+  ~InferenceServer();
+  InferenceServer(const InferenceServer&) = delete;
+  InferenceServer& operator=(const InferenceServer&) = delete;
+
+  // Binds and listens; returns the port. Error(kIo) naming host:port when it cannot.
+  int bind();
+  // Answers requests until stop(). REQUIRES: bind() succeeded.
+  void run();
+  // Stops accepting connections, lets requests in flight finish (their
+  // batches run), then returns; run() returns too. Safe from any thread.
+  void stop();
+
+  // The /metrics text.
+  std::string metrics_text() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradmesh::serve

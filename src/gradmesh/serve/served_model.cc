@@ -1,0 +1,130 @@
+#include "gradmesh/serve/served_model.h"
+
+#include <cstring>
+
+#include "gradmesh/autograd/tape.h"
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::serve {
+namespace {
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t product(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+}  // namespace
+
+ServedModel::ServedModel(std::string name, std::string version, ModelShape shape, std::unique_ptr<nn::Model> model)
+    : name_(std::move(name)), version_(std::move(version)), shape_(std::move(shape)), model_(std::move(model)) {
+  GRADMESH_CHECK(model_ != nullptr, "ServedModel without a model");
+  model_->set_training(false);
+}
+
+TensorSpec ServedModel::input() const {
+  if (shape_.kind == "gpt") return {"tokens", Datatype::kInt64, {-1, -1}};
+  Shape s{-1};
+  s.insert(s.end(), shape_.sample.begin(), shape_.sample.end());
+  return {"input", Datatype::kFp32, s};
+}
+
+std::vector<TensorSpec> ServedModel::outputs() const {
+  const bool gpt = shape_.kind == "gpt";
+  return {{"logits", Datatype::kFp32, {-1, shape_.classes}}, {gpt ? "next_token" : "class", Datatype::kInt64, {-1}}};
+}
+
+Tensor ServedModel::rows_of(const InferInput& in) const {
+  const TensorSpec spec = input();
+  const std::string field = "input '" + in.name + "'";
+  if (in.name != spec.name)
+    throw_error(ErrorKind::kUsage, field, "is not an input of model '" + name_ + "'; it takes '" + spec.name + "'");
+  if (shape_.kind == "gpt") {
+    if (in.datatype != Datatype::kInt64 && in.datatype != Datatype::kInt32)
+      throw_error(ErrorKind::kUsage, field,
+                  std::string("has datatype ") + datatype_name(in.datatype) + "; token ids are INT64 (or INT32)");
+    const int64_t block = shape_.sample.at(0);
+    if (in.shape.size() != 2 || in.shape[0] < 1 || in.shape[1] < 1 || in.shape[1] > block)
+      throw_error(ErrorKind::kUsage, field,
+                  "has shape " + shape_text(in.shape) + "; expected [batch, T] with batch >= 1 and 1 <= T <= " +
+                      std::to_string(block) + " (the model's context)");
+    const float* ids = in.values.data();
+    for (int64_t i = 0; i < in.values.numel(); ++i)
+      if (ids[i] < 0 || ids[i] >= static_cast<float>(shape_.classes))
+        throw_error(ErrorKind::kUsage, field,
+                    "holds token id " + std::to_string(static_cast<int64_t>(ids[i])) + " at element " +
+                        std::to_string(i) + "; the vocabulary has ids 0 to " + std::to_string(shape_.classes - 1));
+    return in.values;
+  }
+  if (in.datatype != Datatype::kFp32 && in.datatype != Datatype::kFp64)
+    throw_error(ErrorKind::kUsage, field,
+                std::string("has datatype ") + datatype_name(in.datatype) + "; expected FP32 (or FP64)");
+  const int64_t sample = product(shape_.sample);
+  Shape trailing(in.shape.begin() + (in.shape.empty() ? 0 : 1), in.shape.end());
+  if (in.shape.size() < 2 || in.shape[0] < 1 || product(trailing) != sample)
+    throw_error(ErrorKind::kUsage, field,
+                "has shape " + shape_text(in.shape) + "; expected [batch, " +
+                    shape_text(shape_.sample).substr(1) + " or [batch, " + std::to_string(sample) + "]");
+  Shape rows{in.shape[0]};
+  rows.insert(rows.end(), shape_.sample.begin(), shape_.sample.end());
+  return in.values.view(rows);
+}
+
+Shape ServedModel::row_shape(const Tensor& rows) const {
+  Shape s = rows.shape();
+  s.erase(s.begin());
+  return s;
+}
+
+Tensor ServedModel::forward(const Tensor& rows) const {
+  autograd::NoGradGuard no_grad;
+  const Tensor out = model_->forward(autograd::Variable(rows)).value();
+  if (shape_.kind != "gpt") return out;
+  // [n * T, vocab]: each row's last position.
+  const int64_t n = rows.dim(0), t = rows.dim(1), v = shape_.classes;
+  Tensor last = Tensor::empty({n, v});
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(last.data() + i * v, out.data() + ((i + 1) * t - 1) * v, static_cast<size_t>(v) * sizeof(float));
+  return last;
+}
+
+std::vector<InferOutput> ServedModel::outputs_of(const Tensor& logits, const std::vector<std::string>& wanted) const {
+  const std::vector<TensorSpec> specs = outputs();
+  for (const std::string& w : wanted) {
+    bool known = false;
+    for (const TensorSpec& s : specs) known = known || s.name == w;
+    if (!known)
+      throw_error(ErrorKind::kUsage, "output '" + w + "'",
+                  "is not an output of model '" + name_ + "'; it gives '" + specs[0].name + "' and '" + specs[1].name +
+                      "'");
+  }
+  auto asked = [&](const std::string& name) {
+    if (wanted.empty()) return true;
+    for (const std::string& w : wanted)
+      if (w == name) return true;
+    return false;
+  };
+  std::vector<InferOutput> out;
+  if (asked(specs[0].name)) out.push_back({specs[0].name, Datatype::kFp32, logits});
+  if (asked(specs[1].name)) {
+    const int64_t n = logits.dim(0), c = logits.dim(1);
+    Tensor best = Tensor::empty({n});
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * c;
+      int64_t arg = 0;
+      for (int64_t j = 1; j < c; ++j)
+        if (row[j] > row[arg]) arg = j;
+      best.data()[i] = static_cast<float>(arg);
+    }
+    out.push_back({specs[1].name, Datatype::kInt64, best});
+  }
+  return out;
+}
+
+}  // namespace gradmesh::serve
