@@ -54,8 +54,8 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
 
-# The threaded layers (comm, parallel, data) under ThreadSanitizer (CI runs this
-# too). Only their three test executables (and the gradmesh executable their
+# The threaded layers (comm, parallel, data, serve) under ThreadSanitizer (CI runs this
+# too). Only their four test executables (and the gradmesh executable their
 # tests start) are built: TSan objects are a cold compile, and the whole suite
 # would not fit CI's 30 minutes on two cores. A report fails its test
 # (halt_on_error); tests/tsan.supp silences third-party code only.
@@ -68,7 +68,7 @@ test-asan: deps
 # setting are left to the Release and ASan runs (CNN, Winograd, bf16,
 # reruns, mpirun, mismatched configs): the MLP, accumulation + overlap,
 # rebalancing and failure runs keep every threaded path under TSan.
-TSAN_LAYERS = comm;parallel;data
+TSAN_LAYERS = comm;parallel;data;serve
 TSAN_EXCLUDE = ^((Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/4|DataParallel\.(CnnWorkersMatchOneProcess|WinogradCnnWorkersMatchOneProcessWithTheSameSplit|Bf16CommunicationStaysCloseButIsRounded|RerunsAreBitIdentical|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed))$$
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=thread \
