@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--inference-threads", serve_args.server.batch.threads, "Batches run at once per model")
       ->capture_default_str()->check(CLI::Range(1, 256));
+  serve->add_option("--max-streams", serve_args.server.generation.max_streams,
+                    "A GPT's sequences generated together (continuous batching)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
   serve->add_option("--http-threads", serve_args.server.http_threads, "Connections served at once")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   serve->add_option("--threads", serve_args.threads, "Compute threads of each forward pass")

@@ -48,8 +48,10 @@ std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, co
   train::InputGeometry geometry;
   serve::ModelShape shape;
   shape.kind = config.model.kind;
+  std::shared_ptr<const data::TokenSet> vocab;
   if (config.data.format == "tokens") {
-    geometry.vocab_size = data::read_token_set(config.data.tokens).vocab_size;
+    vocab = std::make_shared<const data::TokenSet>(data::read_token_set(config.data.tokens));
+    geometry.vocab_size = vocab->vocab_size;
   } else {
     geometry = train::load_training_data(config, /*with_test=*/false)->geometry;
   }
@@ -66,7 +68,21 @@ std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, co
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& t : weights.file.tensors) tensors.emplace_back(t.name, t.tensor);
   model->load_parameters(tensors, path);
-  return std::make_shared<serve::ServedModel>(name, weights.version, shape, std::move(model));
+  auto served = std::make_shared<serve::ServedModel>(name, weights.version, shape, std::move(model));
+  if (vocab && shape.kind == "gpt") {
+    serve::TextCodec codec;
+    codec.encode = [vocab](const std::string& text) {
+      std::vector<int64_t> ids;
+      for (uint16_t t : data::encode_text(*vocab, text, "text_input")) ids.push_back(t);
+      return ids;
+    };
+    codec.decode = [vocab](const std::vector<int64_t>& ids) {
+      std::vector<uint16_t> tokens(ids.begin(), ids.end());
+      return data::detokenize(*vocab, tokens);
+    };
+    served->set_codec(std::move(codec));
+  }
+  return served;
 }
 
 std::string read_token(const std::string& path) {

@@ -94,6 +94,24 @@ class GptAttention : public GptPart {
     kernels::attention_decode(qkv.data(), keys.data(), values.data(), pos + 1, n_head_, c / n_head_, y.data());
     return on_tokens(c_proj_, Variable(y));
   }
+  // x [n, 1, C]: one new token of each of n sequences, sequence i at position
+  // pos[i] with its own caches; the projections run as one matrix product.
+  Variable decode_batch(const Variable& x, const std::vector<Tensor*>& keys, const std::vector<Tensor*>& values,
+                        const std::vector<int64_t>& pos) {
+    GRADMESH_CHECK(split_ == nullptr, "key/value-cached decoding of a tensor-parallel GPT");
+    const int64_t n = x.shape()[0], c = x.shape()[2];
+    const Tensor qkv = on_tokens(c_attn_, x).value();
+    Tensor y = Tensor::empty({n, 1, c});
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = qkv.data() + i * 3 * c;
+      const auto s = static_cast<size_t>(i);
+      std::memcpy(keys[s]->data() + pos[s] * c, row + c, static_cast<size_t>(c) * sizeof(float));
+      std::memcpy(values[s]->data() + pos[s] * c, row + 2 * c, static_cast<size_t>(c) * sizeof(float));
+      kernels::attention_decode(row, keys[s]->data(), values[s]->data(), pos[s] + 1, n_head_, c / n_head_,
+                                y.data() + i * c);
+    }
+    return on_tokens(c_proj_, Variable(y));
+  }
   std::string describe() const override { return "CausalSelfAttention(n_head=" + std::to_string(n_head_) + ")"; }
 
  private:
@@ -140,6 +158,11 @@ class GptBlock : public Module {
   }
   Variable decode(const Variable& x, Tensor& keys, Tensor& values, int64_t pos) {
     Variable h = autograd::add(x, attn_->decode(ln_1_->forward(x), keys, values, pos));
+    return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
+  }
+  Variable decode_batch(const Variable& x, const std::vector<Tensor*>& keys, const std::vector<Tensor*>& values,
+                        const std::vector<int64_t>& pos) {
+    Variable h = autograd::add(x, attn_->decode_batch(ln_1_->forward(x), keys, values, pos));
     return autograd::add(h, mlp_->forward(ln_2_->forward(h)));
   }
   std::string describe() const override { return recompute_ ? "Block (recomputed in backward)" : "Block"; }
@@ -352,6 +375,33 @@ Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
   Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, embedding_table(*wte_, nullptr), Variable());
   ++cache.length;
   return logits.value().view({spec_.vocab_size});
+}
+
+Tensor Gpt::next_token_logits_batch(const std::vector<int64_t>& tokens, const std::vector<KvCache*>& caches) {
+  if (split_ != nullptr || spec_.stage.count > 1)
+    throw_error(ErrorKind::kUsage, "GPT generation", "a split or pipelined GPT generates through gradmesh serve");
+  GRADMESH_CHECK(tokens.size() == caches.size() && !tokens.empty(), "one token per cache");
+  const auto n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> positions;
+  for (const KvCache* cache : caches) {
+    if (cache->length >= spec_.block_size)
+      throw_error(ErrorKind::kUsage, "GPT generation",
+                  "a cache holds " + std::to_string(cache->length) + " positions, the whole context (block_size = " +
+                      std::to_string(spec_.block_size) + ")");
+    positions.push_back(cache->length);
+  }
+  autograd::NoGradGuard no_grad;
+  Variable x = autograd::add(static_cast<Embedding*>(wte_)->lookup(tokens), wpe_->lookup(positions));
+  x = autograd::reshape(x, {n, 1, spec_.n_embd});
+  std::vector<Tensor*> keys(tokens.size()), values(tokens.size());
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    for (size_t i = 0; i < caches.size(); ++i) keys[i] = &caches[i]->keys[b], values[i] = &caches[i]->values[b];
+    x = blocks_[b]->decode_batch(x, keys, values, positions);
+  }
+  x = autograd::reshape(ln_f_->forward(x), {n, spec_.n_embd});
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, embedding_table(*wte_, nullptr), Variable());
+  for (KvCache* cache : caches) ++cache->length;
+  return logits.value().view({n, spec_.vocab_size});
 }
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }

@@ -98,6 +98,11 @@ class Gpt : public Module {
   // Feeds `token` at position cache.length and returns the logits [vocab_size]
   // of the next token. REQUIRES: cache.length < block_size (kUsage otherwise).
   Tensor next_token_logits(int64_t token, KvCache& cache);
+  // The same for n sequences at once, each with its own cache and position
+  // (continuous batching): the layers' matrix products run once over all n
+  // tokens, attention per sequence over its own cache. Returns [n, vocab_size].
+  // REQUIRES: every cache.length < block_size (kUsage otherwise).
+  Tensor next_token_logits_batch(const std::vector<int64_t>& tokens, const std::vector<KvCache*>& caches);
 
  private:
   GptSpec spec_;

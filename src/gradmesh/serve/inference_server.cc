@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -47,6 +48,15 @@ struct InferenceServer::Impl {
   struct Entry {
     std::shared_ptr<ServedModel> model;
     std::unique_ptr<DynamicBatcher> batcher;
+    std::unique_ptr<GenerationScheduler> generator;  // a GPT with a text codec
+  };
+  // One generation request's events, from the scheduler thread to the HTTP thread.
+  struct Channel {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<GenerationEvent> events;
+    std::string error;
+    bool finished = false;
   };
   ServerOptions options;
   std::map<std::string, Entry> models;
@@ -73,6 +83,14 @@ struct InferenceServer::Impl {
       metrics.gauge("gradmesh_serve_queue_depth", "Requests waiting for a batch, by model.");
   obs::GaugeFamily& model_info =
       metrics.gauge("gradmesh_serve_model_info", "The version each model serves (always 1).");
+  obs::CounterFamily& generated_tokens =
+      metrics.counter("gradmesh_serve_generated_tokens_total", "Tokens generated, by model (rate() gives tokens/s).");
+  obs::HistogramFamily& first_token_seconds = metrics.histogram(
+      "gradmesh_serve_time_to_first_token_seconds", "Time from a generate request's arrival to its first token.",
+      latency_bounds());
+  obs::HistogramFamily& generation_streams = metrics.histogram(
+      "gradmesh_serve_generation_streams", "Sequences advanced together per generation step (continuous batching).",
+      obs::exponential_bounds(1, 2, 8));
 
   const Entry* find(const httplib::Request& req, httplib::Response& res) {
     const std::string name = req.matches[1];
@@ -151,6 +169,119 @@ struct InferenceServer::Impl {
     }
   }
 
+  // Starts the sequence; its events arrive in the returned channel. Replies
+  // (and returns null) for a bad request or a full queue.
+  std::shared_ptr<Channel> start_generation(const Entry& e, const httplib::Request& req, httplib::Response& res,
+                                            double start) {
+    const std::string name = e.model->name();
+    auto count = [&](int status) { requests.add({{"model", name}, {"status", std::to_string(status)}}); };
+    if (!e.generator) {
+      reply_error(res, 400, "model '" + name + "' does not generate text (only a GPT with its vocabulary does)");
+      count(400);
+      return nullptr;
+    }
+    auto channel = std::make_shared<Channel>();
+    auto first = std::make_shared<bool>(true);
+    try {
+      std::string text;
+      const GenerateParams params = parse_generate_request(req.body, &text);
+      e.generator->submit(
+          text, params,
+          [this, channel, first, name, start](const GenerationEvent& event) {
+            if (*first && event.tokens > 0) {
+              *first = false;
+              first_token_seconds.observe({{"model", name}}, now_seconds() - start);
+            }
+            std::lock_guard<std::mutex> lock(channel->mutex);
+            channel->events.push_back(event);
+            channel->finished = event.done;
+            channel->changed.notify_all();
+          },
+          [channel](const std::string& error) {
+            std::lock_guard<std::mutex> lock(channel->mutex);
+            channel->error = error;
+            channel->finished = true;
+            channel->changed.notify_all();
+          });
+    } catch (const QueueFull& full) {
+      res.set_header("Retry-After", "1");
+      reply_error(res, 503, "model '" + name + "' is busy: " + full.what() + "; retry later");
+      count(503);
+      return nullptr;
+    } catch (const Error& error) {
+      reply_error(res, 400, error.what());
+      count(400);
+      return nullptr;
+    }
+    return channel;
+  }
+
+  Json generation_json(const Entry& e, const std::string& text, const GenerationEvent& last) {
+    Json j = {{"model_name", e.model->name()}, {"model_version", e.model->version()}, {"text_output", text}};
+    if (last.done) j["finish_reason"] = last.finish_reason;
+    j["tokens"] = last.tokens;
+    return j;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res) {
+    const double start = now_seconds();
+    const Entry* e = find(req, res);
+    if (!e) return;
+    std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
+    if (!channel) return;
+    std::unique_lock<std::mutex> lock(channel->mutex);
+    channel->changed.wait(lock, [&] { return channel->finished; });
+    const std::string name = e->model->name();
+    if (!channel->error.empty()) {
+      reply_error(res, 500, "generation failed: " + channel->error);
+      requests.add({{"model", name}, {"status", "500"}});
+      return;
+    }
+    std::string text;
+    for (const GenerationEvent& event : channel->events) text += event.text;
+    const GenerationEvent& last = channel->events.back();
+    generated_tokens.add({{"model", name}}, static_cast<double>(last.tokens));
+    reply(res, 200, generation_json(*e, text, last).dump(-1, ' ', false, Json::error_handler_t::replace));
+    request_seconds.observe({{"model", name}}, now_seconds() - start);
+    requests.add({{"model", name}, {"status", "200"}});
+  }
+
+  // Server-sent events: one `data: {...}` per piece of text, the last with finish_reason.
+  void generate_stream(const httplib::Request& req, httplib::Response& res) {
+    const double start = now_seconds();
+    const Entry* e = find(req, res);
+    if (!e) return;
+    std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
+    if (!channel) return;
+    requests.add({{"model", e->model->name()}, {"status", "200"}});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, e, channel, start](size_t, httplib::DataSink& sink) {
+      std::unique_lock<std::mutex> lock(channel->mutex);
+      channel->changed.wait(lock, [&] { return !channel->events.empty() || channel->finished; });
+      std::string out;
+      bool done = false;
+      while (!channel->events.empty()) {
+        const GenerationEvent event = channel->events.front();
+        channel->events.pop_front();
+        out += "data: " + generation_json(*e, event.text, event).dump(-1, ' ', false, Json::error_handler_t::replace) +
+               "\n\n";
+        if (event.done) {
+          done = true;
+          generated_tokens.add({{"model", e->model->name()}}, static_cast<double>(event.tokens));
+          request_seconds.observe({{"model", e->model->name()}}, now_seconds() - start);
+        }
+      }
+      if (!channel->error.empty()) {
+        out += "event: error\ndata: " + error_json("generation failed: " + channel->error) + "\n\n";
+        done = true;
+      }
+      lock.unlock();
+      if (!out.empty() && !sink.write(out.data(), out.size())) return false;  // the client left
+      if (done) sink.done();
+      return true;
+    });
+  }
+
   void route() {
     http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
     const int threads = options.http_threads;
@@ -201,6 +332,9 @@ struct InferenceServer::Impl {
       if (const Entry* e = find(req, res)) reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
     });
     http.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res) { infer(req, res); });
+    http.Post(model + "/generate", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res); });
+    http.Post(model + "/generate_stream",
+              [this](const httplib::Request& req, httplib::Response& res) { generate_stream(req, res); });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.status = 200;
       res.set_content(render_metrics(), "text/plain; version=0.0.4");
@@ -228,6 +362,12 @@ InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> model
     e.batcher = std::make_unique<DynamicBatcher>(
         [model = m](const Tensor& batch) { return model->forward(batch); }, impl_->options.batch,
         [rows, name](int64_t n, double) { rows->observe({{"model", name}}, static_cast<double>(n)); });
+    if (m->gpt() && m->codec()) {
+      obs::HistogramFamily* streams = &impl_->generation_streams;
+      e.generator = std::make_unique<GenerationScheduler>(
+          *m->gpt(), *m->codec(), impl_->options.generation,
+          [streams, name](int64_t n, double) { streams->observe({{"model", name}}, static_cast<double>(n)); });
+    }
     impl_->models.emplace(name, std::move(e));
   }
   impl_->route();
@@ -270,7 +410,10 @@ void InferenceServer::stop() {
     std::unique_lock<std::mutex> lock(impl_->run_mutex);
     impl_->run_done.wait(lock, [this] { return !impl_->running; });
     lock.unlock();
-    for (auto& [name, e] : impl_->models) e.batcher->stop();
+    for (auto& [name, e] : impl_->models) {
+      e.batcher->stop();
+      if (e.generator) e.generator->stop();
+    }
   });
 }
 

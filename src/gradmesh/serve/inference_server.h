@@ -7,6 +7,8 @@
 //   GET  /v2/models/{name}[/versions/{v}]            model metadata
 //   GET  /v2/models/{name}[/versions/{v}]/ready
 //   POST /v2/models/{name}[/versions/{v}]/infer      JSON tensors (infer_json.h)
+//   POST /v2/models/{name}[/versions/{v}]/generate   a GPT's text (generation.h), whole
+//   POST .../generate_stream                          the same as server-sent events
 //   GET  /metrics                                     Prometheus text
 //
 // Errors are the protocol's {"error": "..."}: 400 for a malformed request
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "gradmesh/serve/batcher.h"
+#include "gradmesh/serve/generation.h"
 #include "gradmesh/serve/infer_json.h"
 #include "gradmesh/serve/served_model.h"
 
@@ -34,6 +37,7 @@ struct ServerOptions {
   int64_t max_body_bytes = int64_t{64} << 20;  // larger bodies get 413
   RequestLimits limits;
   BatchOptions batch;
+  GenerationOptions generation;
   int http_threads = 16;                       // connections served at once
 };
 

@@ -76,6 +76,10 @@ Tensor ServedModel::rows_of(const InferInput& in) const {
   return in.values.view(rows);
 }
 
+nn::Gpt* ServedModel::gpt() const {
+  return shape_.kind == "gpt" ? static_cast<nn::Gpt*>(&model_->root()) : nullptr;
+}
+
 Shape ServedModel::row_shape(const Tensor& rows) const {
   Shape s = rows.shape();
   s.erase(s.begin());

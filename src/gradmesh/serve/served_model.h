@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "gradmesh/nn/gpt.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/serve/generation.h"
 #include "gradmesh/serve/infer_json.h"
 
 namespace gradmesh::serve {
@@ -54,6 +56,12 @@ class ServedModel {
 
   // One forward pass: rows -> logits [n, classes]. Thread-safe.
   Tensor forward(const Tensor& rows) const;
+  // A GPT's model, for generation; null for other kinds.
+  nn::Gpt* gpt() const;
+  // Text <-> tokens for a GPT's generate endpoints; without one they answer 400.
+  void set_codec(TextCodec codec) { codec_ = std::move(codec); }
+  const TextCodec* codec() const { return codec_.encode ? &codec_ : nullptr; }
+
   // The outputs of `logits` [n, classes] the request asked for (all when `wanted` is empty);
   // Error(kUsage) naming an output the model does not have.
   std::vector<InferOutput> outputs_of(const Tensor& logits, const std::vector<std::string>& wanted) const;
@@ -62,6 +70,7 @@ class ServedModel {
   std::string name_, version_;
   ModelShape shape_;
   std::unique_ptr<nn::Model> model_;
+  TextCodec codec_;
 };
 
 }  // namespace gradmesh::serve
