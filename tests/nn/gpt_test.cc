@@ -122,6 +122,43 @@ TEST_F(GptTest, TheCacheGivesTheLogitsOfTheFullForward) {
   }
 }
 
+// Continuous batching: three sequences at different positions advanced
+// together give each one's own logits, as one sequence at a time does.
+TEST_F(GptTest, BatchedDecodingGivesEachSequenceItsOwnLogits) {
+  Model model(build_gpt(small_spec()), 9);
+  model.set_training(false);
+  auto& gpt = static_cast<Gpt&>(model.root());
+  const std::vector<std::vector<int64_t>> seqs = {{3, 1, 4, 1, 5}, {9, 2}, {6, 5, 3, 5, 8, 9, 7}};
+  std::vector<KvCache> alone(3), together(3);
+  for (size_t i = 0; i < 3; ++i) alone[i] = gpt.new_cache(), together[i] = gpt.new_cache();
+  // Sequence i joins at step i and feeds one token per step until it runs out.
+  for (size_t step = 0; step < 9; ++step) {
+    std::vector<int64_t> tokens;
+    std::vector<KvCache*> caches;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < 3; ++i) {
+      if (step < i || step - i >= seqs[i].size()) continue;
+      tokens.push_back(seqs[i][step - i]);
+      caches.push_back(&together[i]);
+      who.push_back(i);
+    }
+    if (tokens.empty()) continue;
+    const Tensor batch = gpt.next_token_logits_batch(tokens, caches);
+    ASSERT_EQ(batch.shape(), (Shape{static_cast<int64_t>(tokens.size()), 11}));
+    for (size_t k = 0; k < who.size(); ++k) {
+      const Tensor one = gpt.next_token_logits(tokens[k], alone[who[k]]);
+      for (int64_t v = 0; v < 11; ++v)
+        EXPECT_NEAR(batch.data()[static_cast<int64_t>(k) * 11 + v], one.data()[v], 1e-5)
+            << "sequence " << who[k] << " step " << step;
+    }
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(together[i].length, static_cast<int64_t>(seqs[i].size()));
+  KvCache full = gpt.new_cache();
+  full.length = 8;
+  std::vector<KvCache*> caches{&together[0], &full};
+  EXPECT_THROW(gpt.next_token_logits_batch({1, 1}, caches), Error);  // one context is full
+}
+
 TEST_F(GptTest, EveryParameterGetsAGradient) {
   Model model(build_gpt(small_spec()), 2);
   model.zero_grad();

@@ -1,0 +1,136 @@
+// A GPT's generate endpoints over HTTP: /generate returns the text
+// nn::generate gives for the seed, /generate_stream sends the same text as
+// server-sent events ending with the finish reason, and models or requests
+// that cannot generate get a 400 naming why.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/nn/generate.h"
+#include "gradmesh/nn/models.h"
+#include "gradmesh/serve/inference_server.h"
+
+namespace gradmesh::serve {
+namespace {
+
+using Json = nlohmann::json;
+
+TextCodec letters() {
+  TextCodec c;
+  c.encode = [](const std::string& text) {
+    std::vector<int64_t> ids;
+    for (char ch : text) {
+      if (ch < 'a' || ch > 'k') throw_error(ErrorKind::kUsage, "text_input", std::string("holds '") + ch + "'");
+      ids.push_back(ch - 'a');
+    }
+    return ids;
+  };
+  c.decode = [](const std::vector<int64_t>& ids) {
+    std::string text;
+    for (int64_t id : ids) text += static_cast<char>('a' + id);
+    return text;
+  };
+  return c;
+}
+
+nn::GptSpec spec() {
+  nn::GptSpec s;
+  s.vocab_size = 11;
+  s.block_size = 8;
+  s.n_layer = 2;
+  s.n_head = 2;
+  s.n_embd = 16;
+  return s;
+}
+
+class GenerateEndpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto gpt = std::make_shared<ServedModel>("lm", "1", ModelShape{"gpt", {8}, 11},
+                                             std::make_unique<nn::Model>(nn::build_gpt(spec()), 5));
+    gpt->set_codec(letters());
+    nn::MlpSpec mlp;
+    mlp.in_features = 4;
+    mlp.hidden = {4};
+    mlp.classes = 2;
+    auto classifier = std::make_shared<ServedModel>("clf", "1", ModelShape{"mlp", {1, 2, 2}, 2},
+                                                    std::make_unique<nn::Model>(nn::build_mlp(mlp), 1));
+    ServerOptions o;
+    o.port = 0;
+    server_ = std::make_unique<InferenceServer>(std::vector<std::shared_ptr<ServedModel>>{gpt, classifier}, o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void TearDown() override {
+    server_->stop();
+    thread_.join();
+  }
+  std::string expected(const std::string& prompt, int64_t max_tokens, uint64_t seed) {
+    nn::Model model(nn::build_gpt(spec()), 5);
+    nn::GenerateOptions o;
+    o.max_tokens = max_tokens;
+    o.temperature = 0.8;
+    o.seed = seed;
+    return letters().decode(nn::generate(static_cast<nn::Gpt&>(model.root()), letters().encode(prompt), o));
+  }
+  std::unique_ptr<InferenceServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+TEST_F(GenerateEndpoint, WholeAndStreamedTextIsWhatGenerateGivesForTheSeed) {
+  httplib::Client c("127.0.0.1", port_);
+  const std::string body =
+      R"({"text_input": "abc", "parameters": {"max_tokens": 12, "temperature": 0.8, "seed": 4}})";
+  auto r = c.Post("/v2/models/lm/generate", body, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json whole = Json::parse(r->body);
+  EXPECT_EQ(whole["text_output"], expected("abc", 12, 4));
+  EXPECT_EQ(whole["finish_reason"], "length");
+  EXPECT_EQ(whole["model_version"], "1");
+  EXPECT_EQ(whole["tokens"], 12);
+
+  auto s = c.Post("/v2/models/lm/generate_stream", body, "application/json");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  EXPECT_EQ(s->get_header_value("Content-Type"), "text/event-stream");
+  std::string streamed;
+  int events = 0;
+  Json last;
+  for (size_t at = 0; (at = s->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = s->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    last = Json::parse(s->body.substr(at + 6, end - at - 6));
+    streamed += last["text_output"].get<std::string>();
+    ++events;
+    at = end;
+  }
+  EXPECT_EQ(streamed, whole["text_output"]);
+  EXPECT_GT(events, 1) << "text arrives token by token";
+  EXPECT_EQ(last["finish_reason"], "length");
+  EXPECT_NE(server_->metrics_text().find("gradmesh_serve_generated_tokens_total{model=\"lm\"} 24"), std::string::npos);
+}
+
+TEST_F(GenerateEndpoint, ModelsAndRequestsThatCannotGenerateAreNamed) {
+  httplib::Client c("127.0.0.1", port_);
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"/v2/models/clf/generate", R"({"text_input": "abc"})", "model 'clf' does not generate text"},
+      {"/v2/models/lm/generate", R"({"text": "abc"})", "text_input: is missing"},
+      {"/v2/models/lm/generate", R"({"text_input": "xyz"})", "text_input: holds 'x'"},
+      {"/v2/models/lm/generate", R"({"text_input": "abcdefghij"})", "more than the model's context of 8"},
+      {"/v2/models/lm/generate_stream", R"({"text_input": "a", "parameters": {"top_k": -2}})", "parameters.top_k"},
+  };
+  for (const auto& [path, body, message] : cases) {
+    auto r = c.Post(path, body, "application/json");
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 400) << body << " -> " << r->body;
+    EXPECT_NE(Json::parse(r->body)["error"].get<std::string>().find(message), std::string::npos) << r->body;
+  }
+}
+
+}  // namespace
+}  // namespace gradmesh::serve
