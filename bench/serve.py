@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Serving throughput and latency: gradmesh serve against the quick PyTorch
+deployment people write, on this machine.
+
+Sides, all on this 2-core machine, answering the same Open Inference
+Protocol JSON request (one 28x28 image, FP32) for the same MLP weights
+(the reference MLP, 784-512-512-10, trained briefly: its accuracy does not
+matter here):
+  - gradmesh serve with dynamic batching (--max-batch 32, --max-delay-us 500,
+    one compute thread);
+  - gradmesh serve with batching off (--max-batch 1);
+  - the anchor: PyTorch (torch.set_num_threads(1)) behind Python's
+    ThreadingHTTPServer, batch 1 (bench/serve_torch_anchor.py).
+Load: wrk (Debian's; closed loop: N connections, each sending its next
+request when the last is answered), 1 thread, 5 s per point, after a 1 s
+warm-up; wrk shares the cores with the server. Reported per connection
+count: requests/s and the p50 / p99 latency wrk measures; then each side's
+highest throughput with p99 <= 10 ms.
+
+Generation: a small GPT trained briefly on the fortunes; 8 sequences of 64
+tokens each, one at a time against all 8 at once (continuous batching),
+tokens/s over the whole run, and the time to the first token of a streamed
+request.
+
+usage: bench/serve.py [--gradmesh build/gradmesh] [--seconds 5]
+"""
+import argparse, json, os, re, signal, subprocess, sys, tempfile, threading, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONNECTIONS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def start(cmd, log_path, pattern, env=None):
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    for _ in range(600):
+        time.sleep(0.1)
+        text = open(log_path).read()
+        m = re.search(pattern, text)
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None:
+            sys.exit(f"{cmd[0]} exited: {text}")
+    sys.exit(f"{cmd} did not start: {open(log_path).read()}")
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def wrk(port, path, body_file, connections, seconds):
+    lua = body_file + ".lua"
+    with open(lua, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                f'local f = io.open("{body_file}")\nwrk.body = f:read("*a")\nf:close()\n')
+    url = f"http://127.0.0.1:{port}{path}"
+    subprocess.run(["wrk", "-t1", f"-c{connections}", "-d1s", "-s", lua, url], capture_output=True)  # warm-up
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", lua, url],
+                         capture_output=True, text=True).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+
+    def pct(p):
+        m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    return rate, pct(50), pct(99), int(errors.group(1)) if errors else 0
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.read()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gradmesh", default=os.path.join(ROOT, "build", "gradmesh"))
+    ap.add_argument("--seconds", type=int, default=5)
+    args = ap.parse_args()
+    g = args.gradmesh
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([g, "train", os.path.join(ROOT, "examples", "mlp.toml"), "--set", "output.run_id=mlp",
+                        "--set", "data.limit_train=2048", "--set", "output.report=false"],
+                       cwd=tmp, check=True, capture_output=True)
+        body = os.path.join(tmp, "image.json")
+        with open(body, "w") as f:
+            json.dump({"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32",
+                                   "data": [((i * 37) % 255) / 255.0 for i in range(784)]}]}, f)
+        sides = [
+            ("gradmesh serve, dynamic batching", [g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0",
+                                                  "--max-batch", "32", "--max-delay-us", "500", "--http-threads", "80"]),
+            ("gradmesh serve, batching off", [g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0",
+                                              "--max-batch", "1", "--http-threads", "80"]),
+            ("PyTorch + ThreadingHTTPServer (anchor)", ["/usr/bin/python3", os.path.join(ROOT, "bench", "serve_torch_anchor.py"),
+                                                        os.path.join(tmp, "runs", "mlp", "model.safetensors")]),
+        ]
+        best = {}
+        print("| server | connections | requests/s | p50 (ms) | p99 (ms) | errors |")
+        print("|---|---|---|---|---|---|")
+        for name, cmd in sides:
+            proc, port = start(cmd, os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
+            try:
+                for c in CONNECTIONS:
+                    rate, p50, p99, errors = wrk(port, "/v2/models/mlp/infer", body, c, args.seconds)
+                    print(f"| {name} | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} | {errors} |", flush=True)
+                    if p99 <= 10 and errors == 0:
+                        best[name] = max(best.get(name, 0), rate)
+            finally:
+                stop(proc)
+        print()
+        anchor = best.get(sides[2][0], 0)
+        print("| server | highest requests/s with p99 <= 10 ms | vs the anchor |")
+        print("|---|---|---|")
+        for name, _ in sides:
+            rate = best.get(name, 0)
+            print(f"| {name} | {rate:.0f} | {rate / anchor:.1f}x |" if anchor else f"| {name} | {rate:.0f} | - |")
+
+        # Generation.
+        subprocess.run([g, "data", "prepare-text", "--vocab", "char", "--output", "tokens"], cwd=tmp, check=True,
+                       capture_output=True)
+        subprocess.run([g, "train", os.path.join(ROOT, "examples", "gpt.toml"), "--set", "output.run_id=gpt",
+                        "--set", "data.tokens=tokens", "--set", "train.max_steps=20", "--set", "output.report=false"],
+                       cwd=tmp, check=True, capture_output=True)
+        proc, port = start([g, "serve", "gpt=" + os.path.join(tmp, "runs", "gpt"), "--port", "0", "--max-streams", "8"],
+                           os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
+        try:
+            def request(seed):
+                return json.loads(post(port, "/v2/models/gpt/generate",
+                                       {"text_input": "The ", "parameters": {"max_tokens": 64, "seed": seed}}))
+
+            request(0)  # warm-up
+            t0 = time.time()
+            tokens = sum(request(s)["tokens"] for s in range(8))
+            one_at_a_time = tokens / (time.time() - t0)
+            results = [None] * 8
+            threads = [threading.Thread(target=lambda s=s: results.__setitem__(s, request(s))) for s in range(8)]
+            t0 = time.time()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            together = sum(r["tokens"] for r in results) / (time.time() - t0)
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/gpt/generate_stream",
+                                         data=json.dumps({"text_input": "The ", "parameters": {"max_tokens": 64}}).encode())
+            t0 = time.time()
+            with urllib.request.urlopen(req) as r:
+                r.readline()
+                first = time.time() - t0
+                rest = r.read()
+            total = time.time() - t0
+            events = rest.count(b"data: ") + 1
+        finally:
+            stop(proc)
+        print()
+        print("| generation (examples/gpt.toml, 64 tokens per sequence) | tokens/s |")
+        print("|---|---|")
+        print(f"| 8 sequences one at a time | {one_at_a_time:.0f} |")
+        print(f"| 8 sequences at once (continuous batching) | {together:.0f} ({together / one_at_a_time:.1f}x) |")
+        print(f"\ntime to first token {first * 1000:.1f} ms; {events} events in {total * 1000:.0f} ms "
+              f"({(total - first) / max(events - 1, 1) * 1000:.2f} ms per token after the first)")
+
+
+if __name__ == "__main__":
+    main()
