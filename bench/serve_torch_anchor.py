@@ -38,6 +38,10 @@ def main():
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+        # The response goes out as headers, then body: without TCP_NODELAY the
+        # body waits for the client's delayed ACK (40 ms), which would measure
+        # the kernel's timer, not the server. gradmesh serve sets it too.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass
