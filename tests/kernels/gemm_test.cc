@@ -89,6 +89,7 @@ TEST(Gemm, AlphaAndBetaScaleProductAndExistingC) {
       expect_matches_reference({ta, tb, 17, 3, 65, 0.5f, -1.5f, 0});
       expect_matches_reference({ta, tb, 3, 65, 17, -2.0f, 1.0f, 0});
       expect_matches_reference({ta, tb, 65, 17, 1, 1.0f, 0.25f, 0});
+      expect_matches_reference({ta, tb, 1, 65, 17, 0.5f, -1.5f, 0});  // one row: the matrix-vector path
     }
 }
 
@@ -108,6 +109,7 @@ TEST(Gemm, LeadingDimensionsLargerThanWidth) {
         expect_matches_reference({ta, tb, 17, 3, 65, 1.0f, 0.0f, pad});
         expect_matches_reference({ta, tb, 3, 17, 1, 0.5f, 2.0f, pad});
         expect_matches_reference({ta, tb, 65, 65, 3, 1.0f, 1.0f, pad});
+        expect_matches_reference({ta, tb, 1, 17, 65, 1.0f, 0.5f, pad});
       }
 }
 

@@ -25,6 +25,18 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   g_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
+  if (m == 1 && k > 0) {
+    // One row (a served request, a decoded token): a matrix-vector product.
+    // sgemm would first pack all of B, which then costs more than the product.
+    const auto inc_a = static_cast<blasint>(trans_a ? lda : 1);
+    if (trans_b)  // c[j] = sum_p a[p] * b[j][p]
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k), alpha, b,
+                  static_cast<blasint>(ldb), a, inc_a, beta, c, 1);
+    else  // c[j] = sum_p a[p] * b[p][j]
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<blasint>(k), static_cast<blasint>(n), alpha, b,
+                  static_cast<blasint>(ldb), a, inc_a, beta, c, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
