@@ -73,6 +73,33 @@ TEST_F(ServeCommand, ServesATrainedRunWithItsTokenAndDrainsOnSigterm) {
   EXPECT_NE(server.err().find("SIGTERM: draining"), std::string::npos) << server.err();
 }
 
+TEST_F(ServeCommand, WatchServesEachNewCheckpointOfTheRun) {
+  const std::string train = "train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=r2"
+                            " --set data.limit_train=384 --set data.limit_test=64 --set output.report=false"
+                            " --set checkpoint.every_steps=1 --set checkpoint.keep_last=2";
+  const CommandResult first = run_gradmesh(train, dir_.path());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  LauncherProcess server({"serve", "m=" + dir_.file("runs/r2"), "--port", "0", "--watch", "--watch-interval", "0.1"},
+                         dir_.path(), "watch");
+  const int port = wait_for_port(server);
+  ASSERT_GT(port, 0) << server.err();
+  httplib::Client c("127.0.0.1", port);
+  auto version = [&] { return Json::parse(c.Get("/v2/models/m")->body)["versions"][0].get<std::string>(); };
+  EXPECT_EQ(version(), "3");
+  // A second epoch of the same run: checkpoints 4, 5, 6.
+  const CommandResult second = run_gradmesh(train + " --set train.epochs=2 --resume auto", dir_.path());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  for (int i = 0; i < 100 && version() != "6"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(version(), "6") << server.err();
+  EXPECT_NE(server.err().find("m: version "), std::string::npos) << server.err();
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(std::chrono::milliseconds(20'000)), 0) << server.err();
+  const CommandResult nothing = run_gradmesh("serve m=" + dir_.file("runs/r2/model.safetensors") + " --watch --port 0",
+                                             dir_.path());
+  EXPECT_EQ(nothing.exit_code, 2) << nothing.err;
+  EXPECT_NE(nothing.err.find("no checkpoints directory to watch"), std::string::npos) << nothing.err;
+}
+
 TEST_F(ServeCommand, BadArgumentsAreNamed) {
   const CommandResult missing = run_gradmesh("serve runs/none --port 0", dir_.path());
   EXPECT_NE(missing.exit_code, 0);

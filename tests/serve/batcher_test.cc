@@ -25,7 +25,7 @@ Tensor rows_of(int id, int n = 1) {
   return rows;
 }
 
-Tensor doubled(const Tensor& rows) {
+Tensor doubled(const Tensor& rows, const void* = nullptr) {
   Tensor out = rows.clone();
   for (int64_t i = 0; i < out.numel(); ++i) out.data()[i] *= 2;
   return out;
@@ -62,11 +62,34 @@ TEST(DynamicBatcher, ConcurrentRequestsShareBatchesAndGetTheirOwnRows) {
   EXPECT_LT(batches.size(), 20u) << "requests were batched together";
 }
 
+TEST(DynamicBatcher, RequestsOfDifferentContextsNeverShareABatch) {
+  BatchOptions o;
+  o.max_batch = 16;
+  o.max_delay_us = 50'000;
+  auto v1 = std::make_shared<int>(1), v2 = std::make_shared<int>(2);
+  DynamicBatcher batcher(
+      [](const Tensor& rows, const void* context) {
+        Tensor out = rows.clone();
+        for (int64_t i = 0; i < out.numel(); ++i) out.data()[i] += static_cast<float>(*static_cast<const int*>(context));
+        return out;
+      },
+      o);
+  auto a = batcher.submit(Tensor::full({1, 2}, 10), v1);
+  auto b = batcher.submit(Tensor::full({1, 2}, 10), v2);
+  auto c = batcher.submit(Tensor::full({1, 2}, 20), v1);
+  const BatchResult ra = a.get(), rb = b.get(), rc = c.get();
+  EXPECT_EQ(ra.output.to_vector(), (std::vector<float>{11, 11}));
+  EXPECT_EQ(rb.output.to_vector(), (std::vector<float>{12, 12}));
+  EXPECT_EQ(rc.output.to_vector(), (std::vector<float>{21, 21}));
+  EXPECT_EQ(ra.batch_rows, 2) << "a and c share their context";
+  EXPECT_EQ(rb.batch_rows, 1);
+}
+
 TEST(DynamicBatcher, RowsOfDifferentShapesNeverShareABatch) {
   BatchOptions o;
   o.max_batch = 16;
   o.max_delay_us = 50'000;
-  DynamicBatcher batcher([&](const Tensor& rows) { return rows.clone(); }, o);
+  DynamicBatcher batcher([&](const Tensor& rows, const void*) { return rows.clone(); }, o);
   auto three = batcher.submit(Tensor::full({1, 3}, 3));
   auto two = batcher.submit(Tensor::full({2, 2}, 2));
   auto three_again = batcher.submit(Tensor::full({1, 3}, 4));
@@ -87,7 +110,7 @@ TEST(DynamicBatcher, AFullQueueRefusesAtOnceAndAFailedPassFailsOnlyItsRequests) 
   o.max_delay_us = 0;
   o.max_queue = 2;
   DynamicBatcher batcher(
-      [&](const Tensor& rows) {
+      [&](const Tensor& rows, const void*) {
         gate.wait();
         if (rows.data()[0] < 0) throw std::runtime_error("negative input");
         return rows.clone();

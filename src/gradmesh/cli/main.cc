@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 4096));
   serve->add_option("--threads", serve_args.threads, "Compute threads of each forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  serve->add_flag("--watch", serve_args.watch,
+                  "Hot reload: serve each new checkpoint its run's checkpoints/latest names, without dropping a request");
+  serve->add_option("--watch-interval", serve_args.watch_interval, "Seconds between reads of latest")
+      ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
   serve->add_option("--max-body-mb", serve_args.max_body_mb, "Largest request body (larger: 413)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
 

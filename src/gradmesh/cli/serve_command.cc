@@ -85,6 +85,15 @@ std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, co
   return served;
 }
 
+// The checkpoints directory a model's PATH names or holds ("" when none).
+std::string checkpoints_dir_of(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p / "checkpoints")) return (p / "checkpoints").string();
+  if (fs::is_directory(p) && p.filename().string().rfind("step-", 0) == 0) return p.parent_path().string();
+  if (fs::is_directory(p) && (fs::exists(p / "latest") || p.filename() == "checkpoints")) return p.string();
+  return "";
+}
+
 std::string read_token(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw_error(ErrorKind::kIo, path, "cannot read the token file");
@@ -126,6 +135,21 @@ int run_serve(ServeArgs args) {
   std::vector<std::shared_ptr<serve::ServedModel>> models;
   for (const std::string& m : args.models) models.push_back(load_served_model(m, args.config));
   serve::InferenceServer server(models, args.server);
+  if (args.watch) {
+    for (size_t i = 0; i < models.size(); ++i) {
+      const std::string name = models[i]->name(), path = name_and_path(args.models[i]).second;
+      const std::string dir = checkpoints_dir_of(path);
+      if (dir.empty())
+        throw_error(ErrorKind::kUsage, "--watch",
+                    "model '" + name + "' (" + path + ") has no checkpoints directory to watch");
+      const std::string config = args.config;
+      server.watch(name, dir, [name, config](const std::string& step_dir) {
+        return load_served_model(name + "=" + step_dir, config);
+      }, args.watch_interval);
+      std::fprintf(stderr, "watching %s/latest for new versions of %s\n", dir.c_str(), name.c_str());
+    }
+    server.start_watching();
+  }
   const int port = server.bind();
   for (const auto& m : models)
     std::fprintf(stderr, "serving %s (version %s) at http://%s:%d/v2/models/%s\n", m->name().c_str(),

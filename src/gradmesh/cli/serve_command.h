@@ -19,6 +19,8 @@ struct ServeArgs {
   std::string token_file;  // "" = no authentication
   int64_t max_body_mb = 64;
   int64_t threads = 1;     // compute threads of each forward pass
+  bool watch = false;      // hot reload: follow each model's checkpoints/latest
+  double watch_interval = 1.0;
   serve::ServerOptions server;
 };
 

@@ -15,6 +15,11 @@ bool same_rows(const Tensor& a, const Tensor& b) {
   return x.size() == y.size() && std::equal(x.begin() + 1, x.end(), y.begin() + 1);
 }
 
+template <class P>
+bool may_share(const P& a, const P& b) {
+  return a.context == b.context && same_rows(a.rows, b.rows);
+}
+
 }  // namespace
 
 DynamicBatcher::DynamicBatcher(Run run, BatchOptions options, std::function<void(int64_t, double)> on_batch)
@@ -27,9 +32,9 @@ DynamicBatcher::DynamicBatcher(Run run, BatchOptions options, std::function<void
 
 DynamicBatcher::~DynamicBatcher() { stop(); }
 
-std::future<BatchResult> DynamicBatcher::submit(Tensor rows) {
+std::future<BatchResult> DynamicBatcher::submit(Tensor rows, std::shared_ptr<const void> context) {
   GRADMESH_CHECK(rows.shape().size() >= 1 && rows.dim(0) >= 1, "a request has at least one row");
-  Pending p{std::move(rows), now_seconds(), {}};
+  Pending p{std::move(rows), std::move(context), now_seconds(), {}};
   std::future<BatchResult> result = p.promise.get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -76,7 +81,7 @@ std::vector<DynamicBatcher::Pending> DynamicBatcher::take_batch(std::unique_lock
   auto ready_rows = [&] {
     int64_t rows = 0;
     for (const Pending& p : queue_)
-      if (same_rows(p.rows, queue_.front().rows)) rows += p.rows.dim(0);
+      if (may_share(p, queue_.front())) rows += p.rows.dim(0);
     return rows;
   };
   while (!stopping_ && !queue_.empty() && ready_rows() < options_.max_batch) {
@@ -89,8 +94,7 @@ std::vector<DynamicBatcher::Pending> DynamicBatcher::take_batch(std::unique_lock
   if (queue_.empty()) return batch;  // another thread took them
   int64_t rows = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
-    const bool fits = batch.empty() || (same_rows(it->rows, batch.front().rows) &&
-                                        rows + it->rows.dim(0) <= options_.max_batch);
+    const bool fits = batch.empty() || (may_share(*it, batch.front()) && rows + it->rows.dim(0) <= options_.max_batch);
     if (!fits) {
       ++it;
       continue;
@@ -120,7 +124,7 @@ void DynamicBatcher::run_batch(std::vector<Pending> batch) {
   Tensor output;
   std::exception_ptr failure;
   try {
-    output = run_(input);
+    output = run_(input, batch.front().context.get());
     if (output.shape().empty() || output.dim(0) != rows)
       throw Error(ErrorKind::kInternal, "the model returned " + std::to_string(output.shape().empty() ? 0 : output.dim(0)) +
                                             " rows for a batch of " + std::to_string(rows));

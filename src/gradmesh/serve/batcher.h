@@ -1,7 +1,8 @@
 // Dynamic batching: requests are queued and run together, up to `max_batch`
 // rows or until the oldest has waited `max_delay_us`, whichever comes first,
-// on a pool of inference threads. Only rows of one shape share a batch (a
-// GPT's sequences of one length). The queue is bounded: a full one refuses
+// on a pool of inference threads. Only rows of one shape and one context
+// share a batch (a GPT's sequences of one length; a model version, so a
+// request queued before a hot reload runs on the version it arrived for). The queue is bounded: a full one refuses
 // at once (the server answers 503 with Retry-After) instead of growing.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <future>
 #include <mutex>
 #include <string>
@@ -41,10 +43,11 @@ class QueueFull : public std::runtime_error {
 
 class DynamicBatcher {
  public:
-  // `run` maps rows [n, ...] to outputs [n, ...]; it is called from the
-  // inference threads, several at once when threads > 1. `on_batch` (may be
-  // empty) sees each batch's row count and compute seconds.
-  using Run = std::function<Tensor(const Tensor& rows)>;
+  // `run` maps rows [n, ...] to outputs [n, ...] with the batch's context
+  // (what submit was given); it is called from the inference threads,
+  // several at once when threads > 1. `on_batch` (may be empty) sees each
+  // batch's row count and compute seconds.
+  using Run = std::function<Tensor(const Tensor& rows, const void* context)>;
   DynamicBatcher(Run run, BatchOptions options, std::function<void(int64_t rows, double seconds)> on_batch = {});
   ~DynamicBatcher();  // stop()
   DynamicBatcher(const DynamicBatcher&) = delete;
@@ -53,7 +56,8 @@ class DynamicBatcher {
   // Queues `rows` (a request's, [n >= 1, ...]); the future holds its output
   // or the exception `run` threw. Throws QueueFull when max_queue requests
   // are waiting or after stop().
-  std::future<BatchResult> submit(Tensor rows);
+  // `context` (may be null) is kept alive until the request has run.
+  std::future<BatchResult> submit(Tensor rows, std::shared_ptr<const void> context = nullptr);
   // Requests waiting (not yet in a batch).
   int64_t queue_depth() const;
   // Refuses new requests, runs every queued one, joins the threads.
@@ -62,6 +66,7 @@ class DynamicBatcher {
  private:
   struct Pending {
     Tensor rows;
+    std::shared_ptr<const void> context;
     double submitted;
     std::promise<BatchResult> promise;
   };

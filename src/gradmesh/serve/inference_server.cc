@@ -3,6 +3,11 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <utility>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -45,10 +50,25 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
 }  // namespace
 
 struct InferenceServer::Impl {
-  struct Entry {
+  // One loaded version of a model. Requests hold the version they arrived
+  // for, so a hot reload never changes a request in flight.
+  struct Version {
     std::shared_ptr<ServedModel> model;
-    std::unique_ptr<DynamicBatcher> batcher;
     std::unique_ptr<GenerationScheduler> generator;  // a GPT with a text codec
+    DynamicBatcher* batcher = nullptr;               // the name's (batches never mix versions)
+  };
+  struct Entry {
+    std::unique_ptr<DynamicBatcher> batcher;
+    mutable std::mutex mutex;
+    std::shared_ptr<Version> current;
+    // Hot reload (watch()): the checkpoints directory, its loader, the `latest` last read.
+    std::string watch_dir;
+    std::function<std::shared_ptr<ServedModel>(const std::string& step_dir)> load;
+    std::string latest_seen;
+    std::shared_ptr<Version> snapshot() const {
+      std::lock_guard<std::mutex> lock(mutex);
+      return current;
+    }
   };
   // One generation request's events, from the scheduler thread to the HTTP thread.
   struct Channel {
@@ -59,7 +79,9 @@ struct InferenceServer::Impl {
     bool finished = false;
   };
   ServerOptions options;
-  std::map<std::string, Entry> models;
+  std::map<std::string, std::unique_ptr<Entry>> models;
+  std::thread watcher;
+  double watch_interval = 1.0;
   httplib::Server http;
   std::atomic<bool> stopping{false};
   std::once_flag stopped;
@@ -91,25 +113,83 @@ struct InferenceServer::Impl {
   obs::HistogramFamily& generation_streams = metrics.histogram(
       "gradmesh_serve_generation_streams", "Sequences advanced together per generation step (continuous batching).",
       obs::exponential_bounds(1, 2, 8));
+  obs::CounterFamily& reloads =
+      metrics.counter("gradmesh_serve_reloads_total", "Hot reloads of a model from its checkpoints, by result.");
 
-  const Entry* find(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<Version> find(const httplib::Request& req, httplib::Response& res) {
     const std::string name = req.matches[1];
     const auto it = models.find(name);
     if (it == models.end()) {
       reply_error(res, 404, "model '" + name + "' is not served here");
       return nullptr;
     }
+    std::shared_ptr<Version> v = it->second->snapshot();
     const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
-    if (!version.empty() && version != it->second.model->version()) {
+    if (!version.empty() && version != v->model->version()) {
       reply_error(res, 404, "model '" + name + "' has no version '" + version + "'; it serves version '" +
-                                it->second.model->version() + "'");
+                                v->model->version() + "'");
       return nullptr;
     }
-    return &it->second;
+    return v;
+  }
+
+  std::shared_ptr<Version> make_version(std::shared_ptr<ServedModel> m, DynamicBatcher* batcher) {
+    auto v = std::make_shared<Version>();
+    v->model = std::move(m);
+    v->batcher = batcher;
+    if (v->model->gpt() && v->model->codec()) {
+      obs::HistogramFamily* streams = &generation_streams;
+      const std::string name = v->model->name();
+      v->generator = std::make_unique<GenerationScheduler>(
+          *v->model->gpt(), *v->model->codec(), options.generation,
+          [streams, name](int64_t n, double) { streams->observe({{"model", name}}, static_cast<double>(n)); });
+    }
+    return v;
+  }
+
+  // The watcher thread: reloads a model when its checkpoints' `latest` names a new step.
+  void watch_loop() {
+    std::unique_lock<std::mutex> lock(run_mutex);
+    while (!stopping) {
+      lock.unlock();
+      for (auto& [name, e] : models)
+        if (!e->watch_dir.empty()) reload_if_new(name, *e);
+      lock.lock();
+      run_done.wait_for(lock, std::chrono::duration<double>(watch_interval), [this] { return stopping.load(); });
+    }
+  }
+
+  void reload_if_new(const std::string& name, Entry& e) {
+    std::ifstream in(e.watch_dir + "/latest");
+    std::string latest;
+    if (!(in >> latest) || latest == e.latest_seen) return;
+    e.latest_seen = latest;
+    const std::string old_version = e.snapshot()->model->version();
+    if (latest == "step-" + old_version) return;
+    std::shared_ptr<Version> fresh;
+    try {
+      fresh = make_version(e.load(e.watch_dir + "/" + latest), e.batcher.get());
+    } catch (const std::exception& error) {
+      // The old version keeps serving; the next `latest` is tried again.
+      std::fprintf(stderr, "gradmesh serve: %s: could not load %s/%s, still serving version %s: %s\n", name.c_str(),
+                   e.watch_dir.c_str(), latest.c_str(), old_version.c_str(), error.what());
+      reloads.add({{"model", name}, {"result", "failed"}});
+      return;
+    }
+    std::shared_ptr<Version> old;
+    {
+      std::lock_guard<std::mutex> lock(e.mutex);
+      old = std::exchange(e.current, fresh);
+    }
+    std::fprintf(stderr, "gradmesh serve: %s: version %s -> %s (%s/%s)\n", name.c_str(), old_version.c_str(),
+                 fresh->model->version().c_str(), e.watch_dir.c_str(), latest.c_str());
+    reloads.add({{"model", name}, {"result", "ok"}});
+    // Sequences already generating finish on the old version; then it goes.
+    if (old->generator) old->generator->stop();
   }
 
   void metadata(const httplib::Request& req, httplib::Response& res) {
-    const Entry* e = find(req, res);
+    const std::shared_ptr<Version> e = find(req, res);
     if (!e) return;
     Json outputs = Json::array();
     for (const TensorSpec& s : e->model->outputs()) outputs.push_back(spec_json(s));
@@ -124,7 +204,7 @@ struct InferenceServer::Impl {
 
   void infer(const httplib::Request& req, httplib::Response& res) {
     const double start = now_seconds();
-    const Entry* e = find(req, res);
+    const std::shared_ptr<Version> e = find(req, res);
     if (!e) return;
     const obs::Labels model{{"model", e->model->name()}};
     auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
@@ -148,7 +228,7 @@ struct InferenceServer::Impl {
     }
     std::future<BatchResult> pending;
     try {
-      pending = e->batcher->submit(rows);
+      pending = e->batcher->submit(rows, e->model);
     } catch (const QueueFull& full) {
       res.set_header("Retry-After", "1");
       reply_error(res, 503, "model '" + e->model->name() + "' is busy: " + full.what() + "; retry later");
@@ -171,7 +251,7 @@ struct InferenceServer::Impl {
 
   // Starts the sequence; its events arrive in the returned channel. Replies
   // (and returns null) for a bad request or a full queue.
-  std::shared_ptr<Channel> start_generation(const Entry& e, const httplib::Request& req, httplib::Response& res,
+  std::shared_ptr<Channel> start_generation(const Version& e, const httplib::Request& req, httplib::Response& res,
                                             double start) {
     const std::string name = e.model->name();
     auto count = [&](int status) { requests.add({{"model", name}, {"status", std::to_string(status)}}); };
@@ -216,7 +296,7 @@ struct InferenceServer::Impl {
     return channel;
   }
 
-  Json generation_json(const Entry& e, const std::string& text, const GenerationEvent& last) {
+  Json generation_json(const Version& e, const std::string& text, const GenerationEvent& last) {
     Json j = {{"model_name", e.model->name()}, {"model_version", e.model->version()}, {"text_output", text}};
     if (last.done) j["finish_reason"] = last.finish_reason;
     j["tokens"] = last.tokens;
@@ -225,7 +305,7 @@ struct InferenceServer::Impl {
 
   void generate(const httplib::Request& req, httplib::Response& res) {
     const double start = now_seconds();
-    const Entry* e = find(req, res);
+    const std::shared_ptr<Version> e = find(req, res);
     if (!e) return;
     std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
     if (!channel) return;
@@ -249,7 +329,7 @@ struct InferenceServer::Impl {
   // Server-sent events: one `data: {...}` per piece of text, the last with finish_reason.
   void generate_stream(const httplib::Request& req, httplib::Response& res) {
     const double start = now_seconds();
-    const Entry* e = find(req, res);
+    const std::shared_ptr<Version> e = find(req, res);
     if (!e) return;
     std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
     if (!channel) return;
@@ -332,7 +412,7 @@ struct InferenceServer::Impl {
     const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
     http.Get(model, [this](const httplib::Request& req, httplib::Response& res) { metadata(req, res); });
     http.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
-      if (const Entry* e = find(req, res)) reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
+      if (const std::shared_ptr<Version> e = find(req, res)) reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
     });
     http.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res) { infer(req, res); });
     http.Post(model + "/generate", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res); });
@@ -346,8 +426,8 @@ struct InferenceServer::Impl {
 
   std::string render_metrics() {
     for (auto& [name, e] : models) {
-      queue_depth.set({{"model", name}}, static_cast<double>(e.batcher->queue_depth()));
-      model_info.set({{"model", name}, {"version", e.model->version()}}, 1);
+      queue_depth.set({{"model", name}}, static_cast<double>(e->batcher->queue_depth()));
+      model_info.set({{"model", name}, {"version", e->snapshot()->model->version()}}, 1);
     }
     return metrics.render();
   }
@@ -359,18 +439,13 @@ InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> model
   for (std::shared_ptr<ServedModel>& m : models) {
     const std::string name = m->name();
     if (impl_->models.count(name)) throw_error(ErrorKind::kUsage, "model '" + name + "'", "is given twice");
-    Impl::Entry e;
-    e.model = m;
+    auto e = std::make_unique<Impl::Entry>();
     obs::HistogramFamily* rows = &impl_->batch_rows;
-    e.batcher = std::make_unique<DynamicBatcher>(
-        [model = m](const Tensor& batch) { return model->forward(batch); }, impl_->options.batch,
+    e->batcher = std::make_unique<DynamicBatcher>(
+        [](const Tensor& batch, const void* model) { return static_cast<const ServedModel*>(model)->forward(batch); },
+        impl_->options.batch,
         [rows, name](int64_t n, double) { rows->observe({{"model", name}}, static_cast<double>(n)); });
-    if (m->gpt() && m->codec()) {
-      obs::HistogramFamily* streams = &impl_->generation_streams;
-      e.generator = std::make_unique<GenerationScheduler>(
-          *m->gpt(), *m->codec(), impl_->options.generation,
-          [streams, name](int64_t n, double) { streams->observe({{"model", name}}, static_cast<double>(n)); });
-    }
+    e->current = impl_->make_version(m, e->batcher.get());
     impl_->models.emplace(name, std::move(e));
   }
   impl_->route();
@@ -408,18 +483,37 @@ void InferenceServer::stop() {
       std::lock_guard<std::mutex> lock(impl_->run_mutex);
       impl_->stopping = true;
     }
+    impl_->run_done.notify_all();  // the watcher waits on it between polls
     impl_->http.stop();
     // Requests in flight finish first: their handlers wait on the batchers.
     std::unique_lock<std::mutex> lock(impl_->run_mutex);
     impl_->run_done.wait(lock, [this] { return !impl_->running; });
     lock.unlock();
+    if (impl_->watcher.joinable()) impl_->watcher.join();
     for (auto& [name, e] : impl_->models) {
-      e.batcher->stop();
-      if (e.generator) e.generator->stop();
+      e->batcher->stop();
+      if (e->current->generator) e->current->generator->stop();
     }
   });
 }
 
 std::string InferenceServer::metrics_text() const { return impl_->render_metrics(); }
+
+void InferenceServer::watch(const std::string& name, const std::string& checkpoints_dir,
+                            std::function<std::shared_ptr<ServedModel>(const std::string& step_dir)> load,
+                            double interval_seconds) {
+  const auto it = impl_->models.find(name);
+  GRADMESH_CHECK(it != impl_->models.end(), "watch() of a model not served: " + name);
+  GRADMESH_CHECK(!impl_->watcher.joinable(), "watch() after the watcher started");
+  it->second->watch_dir = checkpoints_dir;
+  it->second->load = std::move(load);
+  impl_->watch_interval = interval_seconds;
+}
+
+void InferenceServer::start_watching() {
+  bool any = false;
+  for (auto& [name, e] : impl_->models) any = any || !e->watch_dir.empty();
+  if (any && !impl_->watcher.joinable()) impl_->watcher = std::thread([this] { impl_->watch_loop(); });
+}
 
 }  // namespace gradmesh::serve

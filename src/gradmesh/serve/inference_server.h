@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,20 @@ class InferenceServer {
 
   // The /metrics text.
   std::string metrics_text() const;
+
+  // Hot reload: every `interval_seconds` the server reads
+  // `<checkpoints_dir>/latest`; when it names a step other than the version
+  // served, `load` builds that checkpoint's model (its version: the step) and
+  // the model is swapped without dropping a request: those that arrived
+  // before finish on the old version, later ones run on the new, and every
+  // response names its version. A checkpoint that fails to load is logged
+  // and counted; the old version goes on serving. Call before
+  // start_watching(). REQUIRES: `name` is served.
+  void watch(const std::string& name, const std::string& checkpoints_dir,
+             std::function<std::shared_ptr<ServedModel>(const std::string& step_dir)> load,
+             double interval_seconds = 1.0);
+  // Starts the watcher thread (if any model is watched); stop() ends it.
+  void start_watching();
 
  private:
   struct Impl;
