@@ -8,6 +8,8 @@ Protocol JSON request (one 28x28 image, FP32) for the same MLP weights
 matter here):
   - gradmesh serve with dynamic batching (--max-batch 32, --max-delay-us 500,
     one compute thread);
+  - the same with the binary tensor data extension (the pixels as raw FP32
+    after the JSON header: no number parsing);
   - gradmesh serve with batching off (--max-batch 1);
   - the anchor: PyTorch (torch.set_num_threads(1)) behind Python's
     ThreadingHTTPServer, batch 1 (bench/serve_torch_anchor.py).
@@ -24,7 +26,7 @@ request.
 
 usage: bench/serve.py [--gradmesh build/gradmesh] [--seconds 5]
 """
-import argparse, json, os, re, signal, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, json, os, re, signal, struct, subprocess, sys, tempfile, threading, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONNECTIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -49,11 +51,16 @@ def stop(proc):
     proc.wait(timeout=30)
 
 
-def wrk(port, path, body_file, connections, seconds):
+def wrk(port, path, body_file, connections, seconds, header_length=None):
     lua = body_file + ".lua"
     with open(lua, "w") as f:
-        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                f'local f = io.open("{body_file}")\nwrk.body = f:read("*a")\nf:close()\n')
+        f.write('wrk.method = "POST"\n')
+        if header_length is None:
+            f.write('wrk.headers["Content-Type"] = "application/json"\n')
+        else:
+            f.write('wrk.headers["Content-Type"] = "application/octet-stream"\n'
+                    f'wrk.headers["Inference-Header-Content-Length"] = "{header_length}"\n')
+        f.write(f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
     url = f"http://127.0.0.1:{port}{path}"
     subprocess.run(["wrk", "-t1", f"-c{connections}", "-d1s", "-s", lua, url], capture_output=True)  # warm-up
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", lua, url],
@@ -87,13 +94,22 @@ def main():
         subprocess.run([g, "train", os.path.join(ROOT, "examples", "mlp.toml"), "--set", "output.run_id=mlp",
                         "--set", "data.limit_train=2048", "--set", "output.report=false"],
                        cwd=tmp, check=True, capture_output=True)
+        pixels = [((i * 37) % 255) / 255.0 for i in range(784)]
         body = os.path.join(tmp, "image.json")
         with open(body, "w") as f:
-            json.dump({"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32",
-                                   "data": [((i * 37) % 255) / 255.0 for i in range(784)]}]}, f)
+            json.dump({"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32", "data": pixels}]}, f)
+        # The same request with the binary tensor data extension: the pixels raw after the JSON.
+        binary_body = os.path.join(tmp, "image.bin")
+        header = json.dumps({"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": 784 * 4}}]}).encode()
+        with open(binary_body, "wb") as f:
+            f.write(header + struct.pack("<784f", *pixels))
         sides = [
             ("gradmesh serve, dynamic batching", [g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0",
                                                   "--max-batch", "32", "--max-delay-us", "500", "--http-threads", "80"]),
+            ("gradmesh serve, dynamic batching, binary tensors", [g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"),
+                                                                 "--port", "0", "--max-batch", "32", "--max-delay-us", "500",
+                                                                 "--http-threads", "80"]),
             ("gradmesh serve, batching off", [g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0",
                                               "--max-batch", "1", "--http-threads", "80"]),
             ("PyTorch + ThreadingHTTPServer (anchor)", ["/usr/bin/python3", os.path.join(ROOT, "bench", "serve_torch_anchor.py"),
@@ -107,8 +123,10 @@ def main():
         for name, cmd in sides:
             proc, port = start(cmd, os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
             try:
+                binary = "binary" in name
                 for c in CONNECTIONS:
-                    rate, p50, p99, errors = wrk(port, "/v2/models/mlp/infer", body, c, args.seconds)
+                    rate, p50, p99, errors = wrk(port, "/v2/models/mlp/infer", binary_body if binary else body, c,
+                                                 args.seconds, len(header) if binary else None)
                     print(f"| {name} | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} | {errors} |", flush=True)
                     if p99 <= 10 and errors == 0:
                         best[name] = max(best.get(name, 0), rate)
@@ -116,7 +134,7 @@ def main():
                 stop(proc)
         if sides:
             print()
-            anchor = best.get(sides[2][0], 0)
+            anchor = best.get(sides[-1][0], 0)
             print("| server | highest requests/s with p99 <= 10 ms | vs the anchor |")
             print("|---|---|---|")
             for name, _ in sides:

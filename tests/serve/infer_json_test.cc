@@ -4,7 +4,9 @@
 // back with the values they were given.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/serve/infer_json.h"
@@ -104,6 +106,84 @@ TEST(InferJson, ResponsesParseBackWithTheirValues) {
   EXPECT_EQ(j["outputs"][1]["data"], nlohmann::json({0, 1}));
   EXPECT_TRUE(j["outputs"][1]["data"][1].is_number_integer());
   EXPECT_EQ(nlohmann::json::parse(error_json("bad \xff byte"))["error"].get<std::string>().rfind("bad ", 0), 0u);
+}
+
+// The binary tensor data extension: raw little-endian tensors after the JSON.
+std::string binary_request(const std::string& json, const std::string& raw, int64_t* header_length) {
+  *header_length = static_cast<int64_t>(json.size());
+  return json + raw;
+}
+
+template <class T>
+std::string raw_of(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+TEST(InferJson, BinaryTensorsReadAfterTheJsonHeader) {
+  int64_t n = 0;
+  const std::string body = binary_request(
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+                    {"name": "t", "shape": [3], "datatype": "INT64", "parameters": {"binary_data_size": 24}},
+                    {"name": "j", "shape": [1], "datatype": "FP32", "data": [7]}],
+          "parameters": {"binary_data_output": true}, "outputs": [{"name": "a", "parameters": {"binary_data": true}}]})",
+      raw_of(std::vector<float>{1.5f, -2, 0, 8}) + raw_of(std::vector<int64_t>{4, 0, 9}), &n);
+  const InferRequest r = parse_infer_request(body, {}, n);
+  ASSERT_EQ(r.inputs.size(), 3u);
+  EXPECT_EQ(r.inputs[0].values.to_vector(), (std::vector<float>{1.5f, -2, 0, 8}));
+  EXPECT_EQ(r.inputs[1].values.to_vector(), (std::vector<float>{4, 0, 9}));
+  EXPECT_EQ(r.inputs[2].values.to_vector(), (std::vector<float>{7}));
+  EXPECT_TRUE(r.binary_output);
+  EXPECT_EQ(r.binary_outputs, (std::vector<std::string>{"a"}));
+
+  const std::string one_float =
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]})";
+  struct Bad {
+    std::string json, raw;
+    int64_t header_extra;  // added to the JSON's length; no header at all when below -1000
+    std::string expected;
+  };
+  const std::vector<Bad> cases = {
+      {one_float, raw_of(std::vector<float>{1}), 10 + 4, "longer than the body"},
+      {one_float, raw_of(std::vector<float>{1}), -2000, "needs the Inference-Header-Content-Length header"},
+      {one_float, "", 0, "only 0 binary bytes are left"},
+      {one_float, raw_of(std::vector<float>{1, 2}), 0, "4 binary bytes after the JSON belong to no input"},
+      {R"({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]})",
+       raw_of(std::vector<float>{1}), 0, "the shape [2] of FP32 needs 8 bytes"},
+      {R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"binary_data_size": 4}}]})",
+       raw_of(std::vector<float>{1}), 0, "is given beside parameters.binary_data_size"},
+      {R"({"inputs": [{"name": "b", "shape": [1], "datatype": "BOOL", "parameters": {"binary_data_size": 1}}]})",
+       std::string(1, '\x02'), 0, "a BOOL byte other than 0 or 1"},
+      {R"({"inputs": [{"name": "t", "shape": [1], "datatype": "INT64", "parameters": {"binary_data_size": 8}}]})",
+       raw_of(std::vector<int64_t>{int64_t{1} << 40}), 0, "exact within +-16777216"},
+  };
+  std::vector<std::tuple<std::string, int64_t, std::string>> bad;
+  for (const Bad& c : cases)
+    bad.emplace_back(c.json + c.raw, c.header_extra < -1000 ? -1 : static_cast<int64_t>(c.json.size()) + c.header_extra,
+                     c.expected);
+  for (const auto& [text, header, expected] : bad) {
+    try {
+      parse_infer_request(text, {}, header);
+      ADD_FAILURE() << "accepted " << text.substr(0, 60);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(InferJson, BinaryResponsesCarryTheirSizesAndRawValues) {
+  const Tensor logits = Tensor::from_vector({1, 3}, {0.5f, -1, 2});
+  const Tensor classes = Tensor::from_vector({1}, {2});
+  int64_t header = 0;
+  const std::string body = infer_response_binary(
+      "m", "4", "", {{"logits", Datatype::kFp32, logits}, {"class", Datatype::kInt64, classes}}, false, {"logits"}, &header);
+  const nlohmann::json j = nlohmann::json::parse(body.substr(0, static_cast<size_t>(header)));
+  EXPECT_EQ(j["outputs"][0]["parameters"]["binary_data_size"], 12);
+  EXPECT_FALSE(j["outputs"][0].contains("data"));
+  EXPECT_EQ(j["outputs"][1]["data"], nlohmann::json({2}));
+  ASSERT_EQ(body.size(), static_cast<size_t>(header) + 12);
+  std::vector<float> values(3);
+  std::memcpy(values.data(), body.data() + header, 12);
+  EXPECT_EQ(values, (std::vector<float>{0.5f, -1, 2}));
 }
 
 }  // namespace

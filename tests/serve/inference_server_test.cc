@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -107,6 +108,30 @@ TEST_F(Server, HealthMetadataAndInferenceAnswerAsTheProtocolSays) {
   const Json one = Json::parse(c.Post("/v2/models/tiny/infer", only.dump(), "application/json")->body);
   ASSERT_EQ(one["outputs"].size(), 1u);
   EXPECT_EQ(one["outputs"][0]["name"], "class");
+}
+
+TEST_F(Server, BinaryTensorsTravelBothWays) {
+  start();
+  httplib::Client c = client();
+  const std::vector<float> image = {0.5f, -1, 2, 0.25f};
+  const std::string json = R"({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32",)"
+                           R"( "parameters": {"binary_data_size": 16}}], "parameters": {"binary_data_output": true}})";
+  const std::string body = json + std::string(reinterpret_cast<const char*>(image.data()), 16);
+  auto r = c.Post("/v2/models/tiny/infer", {{"Inference-Header-Content-Length", std::to_string(json.size())}}, body,
+                  "application/octet-stream");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const size_t header = std::stoul(r->get_header_value("Inference-Header-Content-Length"));
+  const Json head = Json::parse(r->body.substr(0, header));
+  EXPECT_EQ(head["outputs"][0]["parameters"]["binary_data_size"], 12);
+  std::vector<float> logits(3);
+  ASSERT_EQ(r->body.size(), header + 12 + 8);  // 3 logits (FP32), 1 class (INT64)
+  std::memcpy(logits.data(), r->body.data() + header, 12);
+  EXPECT_EQ(logits, expected_logits(image));
+  auto bad = c.Post("/v2/models/tiny/infer", {{"Inference-Header-Content-Length", "many"}}, body,
+                    "application/octet-stream");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("Inference-Header-Content-Length: is 'many'"), std::string::npos) << bad->body;
 }
 
 TEST_F(Server, ConcurrentClientsEachGetTheirOwnAnswer) {

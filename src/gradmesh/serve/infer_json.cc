@@ -1,6 +1,9 @@
 #include "gradmesh/serve/infer_json.h"
 
+#include <algorithm>
+#include <bit>
 #include <charconv>
+#include <cstring>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +11,9 @@
 
 namespace gradmesh::serve {
 namespace {
+
+// The binary extension's tensors are little-endian, copied as they are.
+static_assert(std::endian::native == std::endian::little, "the binary tensor data extension assumes little-endian");
 
 using Json = nlohmann::json;
 
@@ -65,7 +71,40 @@ void flatten(const Json& data, Datatype type, const std::string& field, int dept
   }
 }
 
-InferInput parse_input(const Json& j, const std::string& where, const RequestLimits& limits) {
+// Reads `count` elements of `type` from `bytes` (little-endian) as floats,
+// with the same range checks as JSON values.
+std::vector<float> from_binary(const char* bytes, int64_t count, Datatype type, const std::string& field) {
+  std::vector<float> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* at = bytes + i * datatype_bytes(type);
+    double x = 0;
+    switch (type) {
+      case Datatype::kFp32: { float v; std::memcpy(&v, at, 4); x = v; break; }
+      case Datatype::kFp64: { double v; std::memcpy(&v, at, 8); x = v; break; }
+      case Datatype::kInt64: { int64_t v; std::memcpy(&v, at, 8); x = static_cast<double>(v); break; }
+      case Datatype::kInt32: { int32_t v; std::memcpy(&v, at, 4); x = v; break; }
+      case Datatype::kUint8: x = static_cast<unsigned char>(*at); break;
+      case Datatype::kBool:
+        if (*at != 0 && *at != 1) bad(field, "element " + std::to_string(i) + " is a BOOL byte other than 0 or 1");
+        x = *at;
+        break;
+    }
+    const bool integer = type == Datatype::kInt64 || type == Datatype::kInt32;
+    if (integer && std::fabs(x) > kExactInFloat)
+      bad(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
+                     "; integers are computed in float32, exact within +-16777216");
+    out[static_cast<size_t>(i)] = static_cast<float>(x);
+  }
+  return out;
+}
+
+// The binary part of a request: what is left of it, consumed input by input.
+struct BinaryData {
+  const char* at = nullptr;
+  int64_t left = -1;  // -1: no binary part
+};
+
+InferInput parse_input(const Json& j, const std::string& where, const RequestLimits& limits, BinaryData& binary) {
   if (!j.is_object()) bad(where, "is " + type_text(j) + "; expected an object {name, shape, datatype, data}");
   InferInput in;
   const Json& name = member(j, "name", where);
@@ -87,13 +126,32 @@ InferInput parse_input(const Json& j, const std::string& where, const RequestLim
     if (count > limits.max_elements)
       bad(where + ".shape", "has more than " + std::to_string(limits.max_elements) + " elements (the server's limit)");
   }
-  const Json& data = member(j, "data", where);
   std::vector<float> values;
-  values.reserve(static_cast<size_t>(count));
-  flatten(data, in.datatype, where + ".data", static_cast<int>(in.shape.size()), count, values);
-  if (static_cast<int64_t>(values.size()) != count)
-    bad(where + ".data", "holds " + std::to_string(values.size()) + " elements; the shape " + shape.dump() + " needs " +
-                             std::to_string(count));
+  const auto params = j.find("parameters");
+  if (params != j.end() && !params->is_object()) bad(where + ".parameters", "expected an object");
+  const auto binary_size = params == j.end() ? params : params->find("binary_data_size");
+  if (params != j.end() && binary_size != params->end()) {
+    const std::string field = where + ".parameters.binary_data_size";
+    if (j.contains("data")) bad(where + ".data", "is given beside parameters.binary_data_size; send one of the two");
+    if (binary.left < 0) bad(field, "needs the Inference-Header-Content-Length header (the binary tensor data extension)");
+    const int64_t expected = count * datatype_bytes(in.datatype);
+    if (!binary_size->is_number_integer() || binary_size->get<double>() != static_cast<double>(expected))
+      bad(field, "is " + binary_size->dump() + "; the shape " + shape.dump() + " of " + datatype_name(in.datatype) +
+                     " needs " + std::to_string(expected) + " bytes");
+    if (expected > binary.left)
+      bad(field, "is " + std::to_string(expected) + " bytes, but only " + std::to_string(binary.left) +
+                     " binary bytes are left in the body");
+    values = from_binary(binary.at, count, in.datatype, where);
+    binary.at += expected;
+    binary.left -= expected;
+  } else {
+    const Json& data = member(j, "data", where);
+    values.reserve(static_cast<size_t>(count));
+    flatten(data, in.datatype, where + ".data", static_cast<int>(in.shape.size()), count, values);
+    if (static_cast<int64_t>(values.size()) != count)
+      bad(where + ".data", "holds " + std::to_string(values.size()) + " elements; the shape " + shape.dump() +
+                               " needs " + std::to_string(count));
+  }
   in.values = Tensor::from_vector(in.shape.empty() ? Shape{} : in.shape, values);
   return in;
 }
@@ -112,6 +170,18 @@ const char* datatype_name(Datatype type) {
   return "?";
 }
 
+int64_t datatype_bytes(Datatype type) {
+  switch (type) {
+    case Datatype::kFp64:
+    case Datatype::kInt64: return 8;
+    case Datatype::kFp32:
+    case Datatype::kInt32: return 4;
+    case Datatype::kUint8:
+    case Datatype::kBool: return 1;
+  }
+  return 4;
+}
+
 Datatype parse_datatype(const std::string& name, const std::string& field) {
   for (Datatype t : {Datatype::kFp32, Datatype::kFp64, Datatype::kInt64, Datatype::kInt32, Datatype::kUint8,
                      Datatype::kBool})
@@ -119,10 +189,18 @@ Datatype parse_datatype(const std::string& name, const std::string& field) {
   bad(field, "is \"" + name + "\"; expected FP32, FP64, INT64, INT32, UINT8 or BOOL");
 }
 
-InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits) {
+InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits, int64_t header_length) {
+  BinaryData binary;
+  if (header_length > static_cast<int64_t>(body.size()))
+    bad("Inference-Header-Content-Length", "is " + std::to_string(header_length) + ", longer than the body's " +
+                                               std::to_string(body.size()) + " bytes");
+  if (header_length >= 0) {
+    binary.at = body.data() + header_length;
+    binary.left = static_cast<int64_t>(body.size()) - header_length;
+  }
   Json j;
   try {
-    j = Json::parse(body);
+    j = header_length >= 0 ? Json::parse(body.begin(), body.begin() + header_length) : Json::parse(body);
   } catch (const Json::exception& e) {
     bad("request body", std::string("is not valid JSON: ") + e.what());
   }
@@ -137,7 +215,17 @@ InferRequest parse_infer_request(const std::string& body, const RequestLimits& l
   if (static_cast<int>(inputs.size()) > limits.max_inputs)
     bad("inputs", "has " + std::to_string(inputs.size()) + " tensors; at most " + std::to_string(limits.max_inputs));
   for (size_t i = 0; i < inputs.size(); ++i)
-    r.inputs.push_back(parse_input(inputs[i], "inputs[" + std::to_string(i) + "]", limits));
+    r.inputs.push_back(parse_input(inputs[i], "inputs[" + std::to_string(i) + "]", limits, binary));
+  if (binary.left > 0)
+    bad("request body", std::to_string(binary.left) + " binary bytes after the JSON belong to no input's "
+                        "parameters.binary_data_size");
+  if (const auto params = j.find("parameters"); params != j.end()) {
+    if (!params->is_object()) bad("parameters", "is " + type_text(*params) + "; expected an object");
+    if (const auto b = params->find("binary_data_output"); b != params->end()) {
+      if (!b->is_boolean()) bad("parameters.binary_data_output", "is " + type_text(*b) + "; expected true or false");
+      r.binary_output = b->get<bool>();
+    }
+  }
   if (const auto outputs = j.find("outputs"); outputs != j.end()) {
     if (!outputs->is_array()) bad("outputs", "is " + type_text(*outputs) + "; expected an array of {name}");
     for (size_t i = 0; i < outputs->size(); ++i) {
@@ -147,6 +235,12 @@ InferRequest parse_infer_request(const std::string& body, const RequestLimits& l
       const Json& name = member(o, "name", where);
       if (!name.is_string()) bad(where + ".name", "expected a string");
       r.outputs.push_back(name.get<std::string>());
+      if (const auto params = o.find("parameters"); params != o.end()) {
+        const auto b = params->is_object() ? params->find("binary_data") : params->end();
+        if (!params->is_object() || (b != params->end() && !b->is_boolean()))
+          bad(where + ".parameters", "expected an object whose binary_data is true or false");
+        if (b != params->end() && b->get<bool>()) r.binary_outputs.push_back(name.get<std::string>());
+      }
     }
   }
   return r;
@@ -179,6 +273,44 @@ std::string infer_response_json(const std::string& model_name, const std::string
     out += "]}";
   }
   return out + "]}";
+}
+
+std::string infer_response_binary(const std::string& model_name, const std::string& model_version,
+                                  const std::string& id, const std::vector<InferOutput>& outputs, bool all_binary,
+                                  const std::vector<std::string>& binary, int64_t* header_length) {
+  Json out = Json::array();
+  std::string raw;
+  for (const InferOutput& o : outputs) {
+    const bool as_binary = all_binary || std::find(binary.begin(), binary.end(), o.name) != binary.end();
+    Json entry = {{"name", o.name}, {"datatype", datatype_name(o.datatype)}, {"shape", o.values.shape()}};
+    const float* v = o.values.data();
+    if (as_binary) {
+      const size_t before = raw.size();
+      for (int64_t i = 0; i < o.values.numel(); ++i) {
+        if (o.datatype == Datatype::kInt64) {
+          const int64_t x = std::lround(v[i]);
+          raw.append(reinterpret_cast<const char*>(&x), 8);
+        } else {
+          raw.append(reinterpret_cast<const char*>(&v[i]), 4);
+        }
+      }
+      entry["parameters"] = {{"binary_data_size", raw.size() - before}};
+    } else {
+      Json data = Json::array();
+      for (int64_t i = 0; i < o.values.numel(); ++i) {
+        if (o.datatype == Datatype::kInt64) data.push_back(static_cast<int64_t>(std::lround(v[i])));
+        else data.push_back(std::isfinite(v[i]) ? Json(v[i]) : Json());
+      }
+      entry["data"] = std::move(data);
+    }
+    out.push_back(std::move(entry));
+  }
+  Json response = {{"model_name", model_name}, {"model_version", model_version}};
+  if (!id.empty()) response["id"] = id;
+  response["outputs"] = std::move(out);
+  const std::string header = response.dump(-1, ' ', false, Json::error_handler_t::replace);
+  *header_length = static_cast<int64_t>(header.size());
+  return header + raw;
 }
 
 std::string error_json(const std::string& message) {

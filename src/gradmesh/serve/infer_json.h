@@ -11,6 +11,13 @@
 // "data" is row-major, flat or nested as the shape. Parsing is strict: every
 // problem is Error(kUsage) naming the field ("inputs[0].shape[1]") and what
 // was expected, which the server answers with 400.
+//
+// The binary tensor data extension: with the HTTP header
+// Inference-Header-Content-Length: L, the body's first L bytes are the JSON
+// and the rest are raw little-endian tensors, in input order, for each input
+// that has "parameters": {"binary_data_size": N} instead of "data". A
+// request with "parameters": {"binary_data_output": true} (or an output with
+// "parameters": {"binary_data": true}) gets its outputs the same way.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +46,12 @@ struct InferRequest {
   std::string id;                         // echoed in the response; "" when absent
   std::vector<InferInput> inputs;
   std::vector<std::string> outputs;       // requested outputs by name; empty = all
+  bool binary_output = false;             // answer with the binary tensor data extension
+  std::vector<std::string> binary_outputs;  // outputs asked for as binary by name
 };
+
+// The bytes of one element of `type` in the binary extension.
+int64_t datatype_bytes(Datatype type);
 
 struct RequestLimits {
   int64_t max_elements = int64_t{1} << 24;  // per input tensor
@@ -50,7 +62,11 @@ struct RequestLimits {
 // a missing or ill-typed field, an unknown datatype, a negative or huge
 // dimension, data whose length is not the shape's product (or whose values
 // do not fit the datatype), more than the limits allow.
-InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits = {});
+// `header_length` >= 0: the binary extension's Inference-Header-Content-Length
+// (Error(kUsage) naming it when it exceeds the body, or when the binary
+// sizes do not add up to the bytes after it); -1: the body is all JSON.
+InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits = {},
+                                 int64_t header_length = -1);
 
 struct InferOutput {
   std::string name;
@@ -60,6 +76,13 @@ struct InferOutput {
 
 std::string infer_response_json(const std::string& model_name, const std::string& model_version,
                                 const std::string& id, const std::vector<InferOutput>& outputs);
+
+// The response with the binary extension: outputs named in `binary` (all
+// when `all_binary`) carry "parameters": {"binary_data_size": N} and their
+// raw bytes follow the JSON; *header_length is the JSON's length.
+std::string infer_response_binary(const std::string& model_name, const std::string& model_version,
+                                  const std::string& id, const std::vector<InferOutput>& outputs, bool all_binary,
+                                  const std::vector<std::string>& binary, int64_t* header_length);
 
 // {"error": "<message>"}
 std::string error_json(const std::string& message);

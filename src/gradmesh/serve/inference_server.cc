@@ -11,12 +11,14 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "gradmesh/config.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/parse_number.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::serve {
@@ -211,10 +213,14 @@ struct InferenceServer::Impl {
     InferRequest request;
     Tensor rows;
     try {
-      if (req.has_header("Inference-Header-Content-Length"))
-        throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length",
-                    "the binary tensor data extension is not supported yet; send the tensors as JSON");
-      request = parse_infer_request(req.body, options.limits);
+      int64_t header_length = -1;
+      if (req.has_header("Inference-Header-Content-Length")) {
+        const std::string text = req.get_header_value("Inference-Header-Content-Length");
+        const std::optional<int64_t> n = try_parse_int(text, 0, options.max_body_bytes);
+        if (!n) throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length", "is '" + text + "'; expected a byte count");
+        header_length = *n;
+      }
+      request = parse_infer_request(req.body, options.limits, header_length);
       if (request.inputs.size() != 1)
         throw_error(ErrorKind::kUsage, "inputs",
                     "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
@@ -238,7 +244,16 @@ struct InferenceServer::Impl {
     try {
       const BatchResult result = pending.get();
       const std::vector<InferOutput> outputs = e->model->outputs_of(result.output, request.outputs);
-      reply(res, 200, infer_response_json(e->model->name(), e->model->version(), request.id, outputs));
+      if (request.binary_output || !request.binary_outputs.empty()) {
+        int64_t header_length = 0;
+        std::string body = infer_response_binary(e->model->name(), e->model->version(), request.id, outputs,
+                                                 request.binary_output, request.binary_outputs, &header_length);
+        res.status = 200;
+        res.set_header("Inference-Header-Content-Length", std::to_string(header_length));
+        res.set_content(std::move(body), "application/octet-stream");
+      } else {
+        reply(res, 200, infer_response_json(e->model->name(), e->model->version(), request.id, outputs));
+      }
       queue_seconds.observe(model, result.queue_seconds);
       compute_seconds.observe(model, result.compute_seconds);
       request_seconds.observe(model, now_seconds() - start);
