@@ -12,45 +12,22 @@
 #include "gradmesh/nn/generate.h"
 #include "gradmesh/nn/models.h"
 #include "gradmesh/serve/inference_server.h"
+#include "serve/tiny_gpt.h"
 
 namespace gradmesh::serve {
 namespace {
 
 using Json = nlohmann::json;
 
-TextCodec letters() {
-  TextCodec c;
-  c.encode = [](const std::string& text) {
-    std::vector<int64_t> ids;
-    for (char ch : text) {
-      if (ch < 'a' || ch > 'k') throw_error(ErrorKind::kUsage, "text_input", std::string("holds '") + ch + "'");
-      ids.push_back(ch - 'a');
-    }
-    return ids;
-  };
-  c.decode = [](const std::vector<int64_t>& ids) {
-    std::string text;
-    for (int64_t id : ids) text += static_cast<char>('a' + id);
-    return text;
-  };
-  return c;
-}
+using testing::letters;
+using testing::tiny_gpt_spec;
 
-nn::GptSpec spec() {
-  nn::GptSpec s;
-  s.vocab_size = 11;
-  s.block_size = 8;
-  s.n_layer = 2;
-  s.n_head = 2;
-  s.n_embd = 16;
-  return s;
-}
 
 class GenerateEndpoint : public ::testing::Test {
  protected:
   void SetUp() override {
     auto gpt = std::make_shared<ServedModel>("lm", "1", ModelShape{"gpt", {8}, 11},
-                                             std::make_unique<nn::Model>(nn::build_gpt(spec()), 5));
+                                             std::make_unique<nn::Model>(nn::build_gpt(tiny_gpt_spec()), 5));
     gpt->set_codec(letters());
     nn::MlpSpec mlp;
     mlp.in_features = 4;
@@ -69,7 +46,7 @@ class GenerateEndpoint : public ::testing::Test {
     thread_.join();
   }
   std::string expected(const std::string& prompt, int64_t max_tokens, uint64_t seed) {
-    nn::Model model(nn::build_gpt(spec()), 5);
+    nn::Model model(nn::build_gpt(tiny_gpt_spec()), 5);
     nn::GenerateOptions o;
     o.max_tokens = max_tokens;
     o.temperature = 0.8;

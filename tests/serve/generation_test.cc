@@ -13,37 +13,16 @@
 #include "gradmesh/nn/model.h"
 #include "gradmesh/serve/batcher.h"
 #include "gradmesh/serve/generation.h"
+#include "serve/tiny_gpt.h"
 
 namespace gradmesh::serve {
 namespace {
 
-// Eleven tokens, the letters a..k.
-TextCodec letters() {
-  TextCodec c;
-  c.encode = [](const std::string& text) {
-    std::vector<int64_t> ids;
-    for (char ch : text) {
-      if (ch < 'a' || ch > 'k') throw_error(ErrorKind::kUsage, "text_input", std::string("holds '") + ch + "'");
-      ids.push_back(ch - 'a');
-    }
-    return ids;
-  };
-  c.decode = [](const std::vector<int64_t>& ids) {
-    std::string text;
-    for (int64_t id : ids) text += static_cast<char>('a' + id);
-    return text;
-  };
-  return c;
-}
+using testing::letters;
+using testing::tiny_gpt_spec;
 
 std::unique_ptr<nn::Model> tiny_gpt() {
-  nn::GptSpec s;
-  s.vocab_size = 11;
-  s.block_size = 8;
-  s.n_layer = 2;
-  s.n_head = 2;
-  s.n_embd = 16;
-  auto m = std::make_unique<nn::Model>(nn::build_gpt(s), 5);
+  auto m = std::make_unique<nn::Model>(nn::build_gpt(tiny_gpt_spec()), 5);
   m->set_training(false);
   return m;
 }

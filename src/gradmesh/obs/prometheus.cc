@@ -41,46 +41,28 @@ std::string MetricFamily::header(const char* type) const {
   return "# HELP " + name_ + " " + help + "\n# TYPE " + name_ + " " + type + "\n";
 }
 
+void ScalarFamily::change(const Labels& labels, double amount, bool replace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (replace) values_[labels] = amount;
+  else values_[labels] += amount;
+}
+
+double ScalarFamily::value(const Labels& labels) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = values_.find(labels);
+  return it == values_.end() ? 0 : it->second;
+}
+
+std::string ScalarFamily::render() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out = header(type_);
+  for (const auto& [labels, value] : values_) out += name_ + prometheus_labels(labels) + " " + prometheus_number(value) + "\n";
+  return out;
+}
+
 void CounterFamily::add(const Labels& labels, double amount) {
   GRADMESH_CHECK(amount >= 0, "a counter only goes up: " + name_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  values_[labels] += amount;
-}
-
-double CounterFamily::value(const Labels& labels) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = values_.find(labels);
-  return it == values_.end() ? 0 : it->second;
-}
-
-std::string CounterFamily::render() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string out = header("counter");
-  for (const auto& [labels, value] : values_) out += name_ + prometheus_labels(labels) + " " + prometheus_number(value) + "\n";
-  return out;
-}
-
-void GaugeFamily::set(const Labels& labels, double value) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  values_[labels] = value;
-}
-
-void GaugeFamily::add(const Labels& labels, double amount) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  values_[labels] += amount;
-}
-
-double GaugeFamily::value(const Labels& labels) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = values_.find(labels);
-  return it == values_.end() ? 0 : it->second;
-}
-
-std::string GaugeFamily::render() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string out = header("gauge");
-  for (const auto& [labels, value] : values_) out += name_ + prometheus_labels(labels) + " " + prometheus_number(value) + "\n";
-  return out;
+  change(labels, amount, false);
 }
 
 HistogramFamily::HistogramFamily(std::string name, std::string help, std::vector<double> bounds)

@@ -36,27 +36,33 @@ class MetricFamily {
   mutable std::mutex mutex_;
 };
 
-class CounterFamily : public MetricFamily {
+// A family whose series are one number each (counters, gauges).
+class ScalarFamily : public MetricFamily {
  public:
-  CounterFamily(std::string name, std::string help) : MetricFamily(std::move(name), std::move(help)) {}
-  void add(const Labels& labels, double amount = 1);  // REQUIRES: amount >= 0
-  double value(const Labels& labels) const;            // 0 for a series never touched
+  double value(const Labels& labels) const;  // 0 for a series never touched
   std::string render() const override;
 
+ protected:
+  ScalarFamily(std::string name, std::string help, const char* type)
+      : MetricFamily(std::move(name), std::move(help)), type_(type) {}
+  void change(const Labels& labels, double amount, bool replace);
+
  private:
+  const char* type_;
   std::map<Labels, double> values_;
 };
 
-class GaugeFamily : public MetricFamily {
+class CounterFamily : public ScalarFamily {
  public:
-  GaugeFamily(std::string name, std::string help) : MetricFamily(std::move(name), std::move(help)) {}
-  void set(const Labels& labels, double value);
-  void add(const Labels& labels, double amount);
-  double value(const Labels& labels) const;
-  std::string render() const override;
+  CounterFamily(std::string name, std::string help) : ScalarFamily(std::move(name), std::move(help), "counter") {}
+  void add(const Labels& labels, double amount = 1);  // REQUIRES: amount >= 0
+};
 
- private:
-  std::map<Labels, double> values_;
+class GaugeFamily : public ScalarFamily {
+ public:
+  GaugeFamily(std::string name, std::string help) : ScalarFamily(std::move(name), std::move(help), "gauge") {}
+  void set(const Labels& labels, double value) { change(labels, value, true); }
+  void add(const Labels& labels, double amount) { change(labels, amount, false); }
 };
 
 class HistogramFamily : public MetricFamily {
