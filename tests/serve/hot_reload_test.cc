@@ -86,7 +86,14 @@ TEST(HotReload, ANewLatestSwapsTheModelWithoutFailingARequest) {
     for (int i = 0; i < 500 && version_now() != v; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return version_now();
   };
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The swap comes after the client has been answered by version 1.
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!versions.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   dir.write("latest", "step-2\n");
   EXPECT_EQ(wait_for("2"), "2");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
