@@ -5,6 +5,7 @@
 // malformed requests or prompts are named, and a stopped scheduler refuses.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -132,6 +133,26 @@ TEST(Generation, StopStringsEndTheTextBeforeThemEvenAcrossTokens) {
   const Outcome empty = run(scheduler, "ab", none).get();
   EXPECT_EQ(empty.text, "");
   EXPECT_EQ(empty.last.finish_reason, "length");
+}
+
+TEST(Generation, ACancelledSequenceLeavesAtTheNextStep) {
+  auto model = tiny_gpt();
+  auto& gpt = static_cast<nn::Gpt&>(model->root());
+  GenerationScheduler scheduler(gpt, letters(), {});
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::promise<GenerationEvent> last;
+  GenerateParams p;
+  p.max_tokens = 1 << 20;  // would run for a long time
+  scheduler.submit(
+      "abc", p,
+      [&](const GenerationEvent& e) {
+        if (e.tokens >= 5) *cancelled = true;  // the client goes away after a few tokens
+        if (e.done) last.set_value(e);
+      },
+      [](const std::string&) {}, cancelled);
+  const GenerationEvent e = last.get_future().get();
+  EXPECT_EQ(e.finish_reason, "cancelled");
+  EXPECT_LT(e.tokens, 20);
 }
 
 TEST(Generation, BadPromptsAreNamedAndAStoppedSchedulerRefuses) {

@@ -81,6 +81,7 @@ struct GenerationScheduler::Sequence {
   size_t emitted = 0;            // bytes of `text` sent
   OnEvent on_event;
   std::function<void(const std::string&)> on_error;
+  std::shared_ptr<const std::atomic<bool>> cancelled;
   bool done = false;
 
   Sequence(const GenerateParams& p, uint64_t seed) : params(p), rng(seed, RngPurpose::kSampling, 0) {}
@@ -119,7 +120,8 @@ GenerationScheduler::GenerationScheduler(nn::Gpt& model, TextCodec codec, Genera
 GenerationScheduler::~GenerationScheduler() { stop(); }
 
 void GenerationScheduler::submit(const std::string& prompt, const GenerateParams& params, OnEvent on_event,
-                                 std::function<void(const std::string&)> on_error) {
+                                 std::function<void(const std::string&)> on_error,
+                                 std::shared_ptr<const std::atomic<bool>> cancelled) {
   const nn::GptSpec& spec = model_.spec();
   std::vector<int64_t> tokens = codec_.encode(prompt);
   if (tokens.empty()) bad("text_input", "is empty: generation needs at least one token");
@@ -132,6 +134,7 @@ void GenerationScheduler::submit(const std::string& prompt, const GenerateParams
   s->feed.assign(tokens.begin(), tokens.end());
   s->on_event = std::move(on_event);
   s->on_error = std::move(on_error);
+  s->cancelled = std::move(cancelled);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw QueueFull("the server is shutting down");
@@ -171,8 +174,14 @@ void GenerationScheduler::loop() {
     }
     std::vector<Sequence*> batch;
     for (auto& s : running_) {
-      if (s->params.max_tokens == 0) s->emit(true, "length");
-      else batch.push_back(s.get());
+      if (s->cancelled && s->cancelled->load()) {
+        s->on_event({"", true, "cancelled", s->generated});
+        s->done = true;
+      } else if (s->params.max_tokens == 0) {
+        s->emit(true, "length");
+      } else {
+        batch.push_back(s.get());
+      }
     }
     if (!batch.empty()) step(batch);
     running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->done; });

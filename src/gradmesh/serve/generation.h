@@ -12,11 +12,13 @@
 // full, generation goes on from its last block_size / 2 tokens, as there.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,7 +51,7 @@ GenerateParams parse_generate_request(const std::string& body, std::string* text
 struct GenerationEvent {
   std::string text;           // new text since the last event (may be empty on the final one)
   bool done = false;
-  std::string finish_reason;  // on the final event: "length" (max_tokens) or "stop" (a stop string)
+  std::string finish_reason;  // on the final event: "length" (max_tokens), "stop" (a stop string) or "cancelled"
   int64_t tokens = 0;         // tokens generated so far
 };
 
@@ -73,8 +75,12 @@ class GenerationScheduler {
   // model fails, `on_error`). Error(kUsage) for an empty prompt, one longer
   // than the context, or an unknown character; QueueFull (batcher.h) when
   // the queue is full or the scheduler is stopping.
+  // `cancelled` (may be null): once it reads true, the sequence leaves the
+  // batch at the next step with a final event whose finish_reason is
+  // "cancelled" (a streaming client that went away).
   void submit(const std::string& prompt, const GenerateParams& params, OnEvent on_event,
-              std::function<void(const std::string& error)> on_error);
+              std::function<void(const std::string& error)> on_error,
+              std::shared_ptr<const std::atomic<bool>> cancelled = nullptr);
   // Sequences running or waiting.
   int64_t active() const;
   // Refuses new sequences, finishes every queued and running one, joins the thread.

@@ -74,6 +74,7 @@ struct InferenceServer::Impl {
   };
   // One generation request's events, from the scheduler thread to the HTTP thread.
   struct Channel {
+    std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
     std::mutex mutex;
     std::condition_variable changed;
     std::deque<GenerationEvent> events;
@@ -297,7 +298,8 @@ struct InferenceServer::Impl {
             channel->error = error;
             channel->finished = true;
             channel->changed.notify_all();
-          });
+          },
+          channel->cancelled);
     } catch (const QueueFull& full) {
       res.set_header("Retry-After", "1");
       reply_error(res, 503, "model '" + name + "' is busy: " + full.what() + "; retry later");
@@ -371,7 +373,10 @@ struct InferenceServer::Impl {
         done = true;
       }
       lock.unlock();
-      if (!out.empty() && !sink.write(out.data(), out.size())) return false;  // the client left
+      if (!out.empty() && !sink.write(out.data(), out.size())) {
+        *channel->cancelled = true;  // the client left: the sequence stops at its next step
+        return false;
+      }
       if (done) sink.done();
       return true;
     });
