@@ -9,24 +9,6 @@
 namespace gradmesh::checkpoint {
 namespace {
 
-const std::string& required_metadata(const SafetensorsFile& f, const std::string& key, const std::string& source) {
-  const auto it = f.metadata.find(key);
-  if (it == f.metadata.end()) throw_error(ErrorKind::kFormat, source, "metadata '" + key + "' is missing");
-  return it->second;
-}
-
-// The ranges of a shard, ascending and disjoint as written.
-std::vector<ElementRange> ascending_ranges(const std::string& text, const std::string& source) {
-  std::vector<ElementRange> ranges = parse_ranges(text, source);
-  int64_t end = 0;
-  for (const ElementRange& r : ranges) {
-    if (r.begin < end)
-      throw_error(ErrorKind::kFormat, source, "metadata 'ranges': " + ranges_text({r}) + " is not after the range before it");
-    end = r.begin + r.count;
-  }
-  return ranges;
-}
-
 std::vector<NamedTensor> joined_shards(const LoadedCheckpoint& checkpoint, const std::vector<std::string>& files) {
   std::vector<std::pair<std::string, Shape>> params;
   std::string params_text;
@@ -46,7 +28,7 @@ std::vector<NamedTensor> joined_shards(const LoadedCheckpoint& checkpoint, const
       throw_error(ErrorKind::kFormat, source,
                   "metadata 'params' differs from " + files.front() + "'s: the shards are of different models");
     }
-    const std::vector<ElementRange> ranges = ascending_ranges(required_metadata(f, "ranges", source), source);
+    const std::vector<ElementRange> ranges = parse_ascending_ranges(required_metadata(f, "ranges", source), source);
     int64_t total = 0;
     for (const ElementRange& r : ranges) total += r.count;
     if (f.tensors.size() != 1 || f.tensors[0].name != "weights" || f.tensors[0].tensor.dtype() != DType::kF32 ||

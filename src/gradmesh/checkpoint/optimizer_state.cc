@@ -25,12 +25,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-const std::string& required_metadata(const SafetensorsFile& f, const std::string& key, const std::string& source) {
-  const auto it = f.metadata.find(key);
-  if (it == f.metadata.end()) throw_error(ErrorKind::kFormat, source, "metadata '" + key + "' is missing");
-  return it->second;
-}
-
 Tensor checked_step(const Tensor& t, const std::string& name, const std::string& source) {
   if (t.dtype() != DType::kF32 || t.numel() != 1)
     throw_error(ErrorKind::kFormat, source,
@@ -50,14 +44,9 @@ std::optional<std::pair<int64_t, std::string>> per_parameter_name(const std::str
 }
 
 void read_sharded(const SafetensorsFile& f, StoredOptimizerState& s) {
-  const std::vector<ElementRange> ranges = parse_ranges(required_metadata(f, "ranges", s.source), s.source);
-  int64_t total = 0, end = 0;
-  for (const ElementRange& r : ranges) {
-    if (r.begin < end)
-      throw_error(ErrorKind::kFormat, s.source, "metadata 'ranges': " + ranges_text({r}) + " is not after the range before it");
-    end = r.begin + r.count;
-    total += r.count;
-  }
+  const std::vector<ElementRange> ranges = parse_ascending_ranges(required_metadata(f, "ranges", s.source), s.source);
+  int64_t total = 0;
+  for (const ElementRange& r : ranges) total += r.count;
   for (const NamedTensor& t : f.tensors) {
     if (t.name == "step") {
       s.step = checked_step(t.tensor, t.name, s.source);
@@ -135,6 +124,17 @@ std::vector<ElementRange> parse_ranges(const std::string& text, const std::strin
       throw_error(ErrorKind::kFormat, source,
                   "metadata 'ranges': '" + part + "' is not <begin>+<count> with begin >= 0 and count >= 1");
     ranges.push_back({*begin, *count});
+  }
+  return ranges;
+}
+
+std::vector<ElementRange> parse_ascending_ranges(const std::string& text, const std::string& source) {
+  std::vector<ElementRange> ranges = parse_ranges(text, source);
+  int64_t end = 0;
+  for (const ElementRange& r : ranges) {
+    if (r.begin < end)
+      throw_error(ErrorKind::kFormat, source, "metadata 'ranges': " + ranges_text({r}) + " is not after the range before it");
+    end = r.begin + r.count;
   }
   return ranges;
 }

@@ -55,6 +55,8 @@ struct StoredOptimizerState {
 // "a+3,b+4" <-> ranges; parse_ranges is strict (Error(kFormat) naming `source`).
 std::string ranges_text(const std::vector<ElementRange>& ranges);
 std::vector<ElementRange> parse_ranges(const std::string& text, const std::string& source);
+// parse_ranges, and each range after the one before it (as shards write them).
+std::vector<ElementRange> parse_ascending_ranges(const std::string& text, const std::string& source);
 
 // The optimizer files of a checkpoint: {"optimizer.safetensors"}, or the
 // shard files 1..N in index order. Error(kFormat) naming the checkpoint when

@@ -553,4 +553,10 @@ std::string describe_safetensors(const SafetensorsFile& file) {
   return out;
 }
 
+const std::string& required_metadata(const SafetensorsFile& file, const std::string& key, const std::string& source) {
+  const auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) throw_error(ErrorKind::kFormat, source, "metadata '" + key + "' is missing");
+  return it->second;
+}
+
 }  // namespace gradmesh::checkpoint

@@ -51,6 +51,10 @@ struct SafetensorsFile {
   const Tensor* find(const std::string& name) const;
 };
 
+// The metadata value under `key`; Error(kFormat) "<source>: metadata '<key>'
+// is missing" when there is none.
+const std::string& required_metadata(const SafetensorsFile& file, const std::string& key, const std::string& source);
+
 // Writes `tensors` (in the given order, data contiguous in that order) and
 // `metadata` to `path` via write_file_atomically: a crash leaves either the
 // old file or the new one. With `store_dtype` kBF16, float32 tensors are
