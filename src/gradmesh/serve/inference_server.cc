@@ -4,16 +4,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <functional>
-#include <utility>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <optional>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
 
 #include "gradmesh/config.h"
 #include "gradmesh/core/clock.h"
@@ -47,6 +47,12 @@ void reply(httplib::Response& res, int status, const std::string& body) {
 
 void reply_error(httplib::Response& res, int status, const std::string& message) {
   reply(res, status, error_json(message));
+}
+
+// A model's queue is full (or the server is stopping): 503 with Retry-After.
+void reply_busy(httplib::Response& res, const std::string& model, const QueueFull& full) {
+  res.set_header("Retry-After", "1");
+  reply_error(res, 503, "model '" + model + "' is busy: " + full.what() + "; retry later");
 }
 
 }  // namespace
@@ -227,7 +233,7 @@ struct InferenceServer::Impl {
                     "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
                         "' takes one, '" + e->model->input().name + "'");
       rows = e->model->rows_of(request.inputs[0]);
-      e->model->outputs_of(Tensor::zeros({1, e->model->shape().classes}), request.outputs);  // names checked now
+      e->model->check_outputs(request.outputs);
     } catch (const Error& error) {
       reply_error(res, 400, error.what());
       count(400);
@@ -237,8 +243,7 @@ struct InferenceServer::Impl {
     try {
       pending = e->batcher->submit(rows, e->model);
     } catch (const QueueFull& full) {
-      res.set_header("Retry-After", "1");
-      reply_error(res, 503, "model '" + e->model->name() + "' is busy: " + full.what() + "; retry later");
+      reply_busy(res, e->model->name(), full);
       count(503);
       return;
     }
@@ -301,8 +306,7 @@ struct InferenceServer::Impl {
           },
           channel->cancelled);
     } catch (const QueueFull& full) {
-      res.set_header("Retry-After", "1");
-      reply_error(res, 503, "model '" + name + "' is busy: " + full.what() + "; retry later");
+      reply_busy(res, name, full);
       count(503);
       return nullptr;
     } catch (const Error& error) {
@@ -311,6 +315,12 @@ struct InferenceServer::Impl {
       return nullptr;
     }
     return channel;
+  }
+
+  // A generation's last event has been answered.
+  void generation_done(const std::string& model, const GenerationEvent& last, double start) {
+    generated_tokens.add({{"model", model}}, static_cast<double>(last.tokens));
+    request_seconds.observe({{"model", model}}, now_seconds() - start);
   }
 
   Json generation_json(const Version& e, const std::string& text, const GenerationEvent& last) {
@@ -337,9 +347,8 @@ struct InferenceServer::Impl {
     std::string text;
     for (const GenerationEvent& event : channel->events) text += event.text;
     const GenerationEvent& last = channel->events.back();
-    generated_tokens.add({{"model", name}}, static_cast<double>(last.tokens));
     reply(res, 200, generation_json(*e, text, last).dump(-1, ' ', false, Json::error_handler_t::replace));
-    request_seconds.observe({{"model", name}}, now_seconds() - start);
+    generation_done(name, last, start);
     requests.add({{"model", name}, {"status", "200"}});
   }
 
@@ -364,8 +373,7 @@ struct InferenceServer::Impl {
                "\n\n";
         if (event.done) {
           done = true;
-          generated_tokens.add({{"model", e->model->name()}}, static_cast<double>(event.tokens));
-          request_seconds.observe({{"model", e->model->name()}}, now_seconds() - start);
+          generation_done(e->model->name(), event, start);
         }
       }
       if (!channel->error.empty()) {

@@ -80,12 +80,6 @@ nn::Gpt* ServedModel::gpt() const {
   return shape_.kind == "gpt" ? static_cast<nn::Gpt*>(&model_->root()) : nullptr;
 }
 
-Shape ServedModel::row_shape(const Tensor& rows) const {
-  Shape s = rows.shape();
-  s.erase(s.begin());
-  return s;
-}
-
 Tensor ServedModel::forward(const Tensor& rows) const {
   autograd::NoGradGuard no_grad;
   const Tensor out = model_->forward(autograd::Variable(rows)).value();
@@ -98,7 +92,7 @@ Tensor ServedModel::forward(const Tensor& rows) const {
   return last;
 }
 
-std::vector<InferOutput> ServedModel::outputs_of(const Tensor& logits, const std::vector<std::string>& wanted) const {
+void ServedModel::check_outputs(const std::vector<std::string>& wanted) const {
   const std::vector<TensorSpec> specs = outputs();
   for (const std::string& w : wanted) {
     bool known = false;
@@ -108,6 +102,10 @@ std::vector<InferOutput> ServedModel::outputs_of(const Tensor& logits, const std
                   "is not an output of model '" + name_ + "'; it gives '" + specs[0].name + "' and '" + specs[1].name +
                       "'");
   }
+}
+
+std::vector<InferOutput> ServedModel::outputs_of(const Tensor& logits, const std::vector<std::string>& wanted) const {
+  const std::vector<TensorSpec> specs = outputs();
   auto asked = [&](const std::string& name) {
     if (wanted.empty()) return true;
     for (const std::string& w : wanted)

@@ -51,9 +51,6 @@ class ServedModel {
   // Error(kUsage) naming the input for a wrong name, datatype, shape, or a
   // token id outside the vocabulary.
   Tensor rows_of(const InferInput& input) const;
-  // The key under which rows may share a batch: rows of one shape.
-  Shape row_shape(const Tensor& rows) const;
-
   // One forward pass: rows -> logits [n, classes]. Thread-safe.
   Tensor forward(const Tensor& rows) const;
   // A GPT's model, for generation; null for other kinds.
@@ -62,8 +59,10 @@ class ServedModel {
   void set_codec(TextCodec codec) { codec_ = std::move(codec); }
   const TextCodec* codec() const { return codec_.encode ? &codec_ : nullptr; }
 
-  // The outputs of `logits` [n, classes] the request asked for (all when `wanted` is empty);
-  // Error(kUsage) naming an output the model does not have.
+  // Error(kUsage) naming the first of `wanted` that is not an output of the model.
+  void check_outputs(const std::vector<std::string>& wanted) const;
+  // The outputs of `logits` [n, classes] the request asked for (all when
+  // `wanted` is empty). REQUIRES: check_outputs(wanted) passed.
   std::vector<InferOutput> outputs_of(const Tensor& logits, const std::vector<std::string>& wanted) const;
 
  private:
