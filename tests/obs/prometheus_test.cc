@@ -22,6 +22,8 @@ TEST(Prometheus, CountersAndGaugesRenderWithTheirLabels) {
   depth.add({{"model", "a"}}, -0.5);
   EXPECT_EQ(requests.value({{"model", "a"}, {"status", "200"}}), 3);
   EXPECT_EQ(depth.value({{"model", "a"}}), 2);
+  depth.set({{"model", "gone"}}, 7);
+  depth.remove({{"model", "gone"}});
   EXPECT_EQ(registry.render(),
             "# HELP x_requests_total Requests. By status.\n"
             "# TYPE x_requests_total counter\n"

@@ -117,6 +117,7 @@ TEST(HotReload, ANewLatestSwapsTheModelWithoutFailingARequest) {
   EXPECT_NE(metrics.find("gradmesh_serve_reloads_total{model=\"tiny\",result=\"ok\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gradmesh_serve_reloads_total{model=\"tiny\",result=\"failed\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("gradmesh_serve_model_info{model=\"tiny\",version=\"2\"} 1"), std::string::npos);
+  EXPECT_EQ(metrics.find("version=\"1\""), std::string::npos) << "the replaced version is no longer exported";
   server.stop();
   serving.join();
 }

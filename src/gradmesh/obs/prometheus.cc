@@ -53,6 +53,11 @@ double ScalarFamily::value(const Labels& labels) const {
   return it == values_.end() ? 0 : it->second;
 }
 
+void ScalarFamily::remove(const Labels& labels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  values_.erase(labels);
+}
+
 std::string ScalarFamily::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out = header(type_);

@@ -40,6 +40,7 @@ class MetricFamily {
 class ScalarFamily : public MetricFamily {
  public:
   double value(const Labels& labels) const;  // 0 for a series never touched
+  void remove(const Labels& labels);          // the series is no longer exported
   std::string render() const override;
 
  protected:

@@ -113,7 +113,7 @@ struct InferenceServer::Impl {
   obs::GaugeFamily& queue_depth =
       metrics.gauge("gradmesh_serve_queue_depth", "Requests waiting for a batch, by model.");
   obs::GaugeFamily& model_info =
-      metrics.gauge("gradmesh_serve_model_info", "The version each model serves (always 1).");
+      metrics.gauge("gradmesh_serve_model_info", "The version each model serves (always 1; one series per model).");
   obs::CounterFamily& generated_tokens =
       metrics.counter("gradmesh_serve_generated_tokens_total", "Tokens generated, by model (rate() gives tokens/s).");
   obs::HistogramFamily& first_token_seconds = metrics.histogram(
@@ -193,6 +193,9 @@ struct InferenceServer::Impl {
     std::fprintf(stderr, "gradmesh serve: %s: version %s -> %s (%s/%s)\n", name.c_str(), old_version.c_str(),
                  fresh->model->version().c_str(), e.watch_dir.c_str(), latest.c_str());
     reloads.add({{"model", name}, {"result", "ok"}});
+    // The info series names the version served, and only that one.
+    model_info.remove({{"model", name}, {"version", old_version}});
+    model_info.set({{"model", name}, {"version", fresh->model->version()}}, 1);
     // Sequences already generating finish on the old version; then it goes.
     if (old->generator) old->generator->stop();
   }
@@ -453,10 +456,7 @@ struct InferenceServer::Impl {
   }
 
   std::string render_metrics() {
-    for (auto& [name, e] : models) {
-      queue_depth.set({{"model", name}}, static_cast<double>(e->batcher->queue_depth()));
-      model_info.set({{"model", name}, {"version", e->snapshot()->model->version()}}, 1);
-    }
+    for (auto& [name, e] : models) queue_depth.set({{"model", name}}, static_cast<double>(e->batcher->queue_depth()));
     return metrics.render();
   }
 };
@@ -474,6 +474,7 @@ InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> model
         impl_->options.batch,
         [rows, name](int64_t n, double) { rows->observe({{"model", name}}, static_cast<double>(n)); });
     e->current = impl_->make_version(m, e->batcher.get());
+    impl_->model_info.set({{"model", name}, {"version", m->version()}}, 1);
     impl_->models.emplace(name, std::move(e));
   }
   impl_->route();
