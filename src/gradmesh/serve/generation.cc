@@ -70,15 +70,13 @@ GenerateParams parse_generate_request(const std::string& body, std::string* text
 }
 
 struct GenerationScheduler::Sequence {
-  std::vector<int64_t> context;  // prompt and generated tokens
-  size_t prompt_length = 0;
+  std::vector<int64_t> context;  // the last tokens fed or drawn: what a refill restarts from
   std::deque<int64_t> feed;      // tokens to feed before the next draw (the prompt, or a refill)
   int64_t generated = 0;
   nn::KvCache cache;
   GenerateParams params;
   CounterRng rng;
-  std::string text;              // decoded generated tokens
-  size_t emitted = 0;            // bytes of `text` sent
+  std::string pending;           // generated text not sent yet (held back while it may start a stop string)
   OnEvent on_event;
   std::function<void(const std::string&)> on_error;
   std::shared_ptr<const std::atomic<bool>> cancelled;
@@ -87,25 +85,25 @@ struct GenerationScheduler::Sequence {
   Sequence(const GenerateParams& p, uint64_t seed) : params(p), rng(seed, RngPurpose::kSampling, 0) {}
 
   // Sends what can no longer become part of a stop string; finishes on one.
+  // Text already sent never holds the start of one: each send keeps back the
+  // last (longest stop - 1) bytes, so a stop string lies within `pending`.
   void emit(bool last, const char* reason) {
     size_t hold = 0;
     for (const std::string& s : params.stop) {
-      const size_t from = emitted >= s.size() ? emitted - s.size() + 1 : 0;
-      const size_t at = text.find(s, from);
+      const size_t at = pending.find(s);
       if (at != std::string::npos) {
-        on_event({text.substr(emitted, at - emitted), true, "stop", generated});
+        on_event({pending.substr(0, at), true, "stop", generated});
         done = true;
         return;
       }
       hold = std::max(hold, s.size() - 1);
     }
-    const size_t safe = last ? text.size() : (text.size() > hold ? text.size() - hold : 0);
     if (last) {
-      on_event({text.substr(std::min(emitted, text.size())), true, reason, generated});
+      on_event({std::move(pending), true, reason, generated});
       done = true;
-    } else if (safe > emitted) {
-      on_event({text.substr(emitted, safe - emitted), false, "", generated});
-      emitted = safe;
+    } else if (pending.size() > hold) {
+      on_event({pending.substr(0, pending.size() - hold), false, "", generated});
+      pending.erase(0, pending.size() - hold);
     }
   }
 };
@@ -130,7 +128,6 @@ void GenerationScheduler::submit(const std::string& prompt, const GenerateParams
                           std::to_string(spec.block_size));
   auto s = std::make_unique<Sequence>(params, params.seed);
   s->context = tokens;
-  s->prompt_length = tokens.size();
   s->feed.assign(tokens.begin(), tokens.end());
   s->on_event = std::move(on_event);
   s->on_error = std::move(on_error);
@@ -222,8 +219,10 @@ void GenerationScheduler::step(std::vector<Sequence*>& batch) {
                                           o, s.rng.uniform(static_cast<uint64_t>(s.generated)));
     ++s.generated;
     s.context.push_back(next);
-    s.text = codec_.decode(std::vector<int64_t>(s.context.begin() + static_cast<std::ptrdiff_t>(s.prompt_length),
-                                                s.context.end()));
+    // A refill needs the last block_size / 2 tokens only; trimmed now and then, not per token.
+    if (s.context.size() > 2 * static_cast<size_t>(spec.block_size))
+      s.context.erase(s.context.begin(), s.context.end() - spec.block_size);
+    s.pending += codec_.decode({next});
     const bool last = s.generated >= s.params.max_tokens;
     s.emit(last, "length");
     if (s.done) continue;

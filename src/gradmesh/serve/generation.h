@@ -28,7 +28,10 @@
 
 namespace gradmesh::serve {
 
-// Text <-> token ids (the model's vocabulary).
+// Text <-> token ids (the model's vocabulary). Decoding is per token: the
+// text of a sequence is the concatenation of its tokens' texts (true of the
+// byte and character vocabularies of data/token_file.h), so generated text
+// is decoded one token at a time as it is drawn.
 struct TextCodec {
   // Error(kUsage) naming a character the vocabulary does not hold.
   std::function<std::vector<int64_t>(const std::string& text)> encode;
