@@ -4,6 +4,7 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -246,9 +247,14 @@ InferRequest parse_infer_request(const std::string& body, const RequestLimits& l
   return r;
 }
 
-std::string infer_response_json(const std::string& model_name, const std::string& model_version,
-                                const std::string& id, const std::vector<InferOutput>& outputs) {
-  // Written by hand: floats in their shortest exact form (std::to_chars), not as doubles.
+namespace {
+
+// The response's JSON; the outputs `as_binary` says carry their
+// binary_data_size instead of data, and their raw bytes go to `raw`.
+// Written by hand: floats in their shortest exact form (std::to_chars), not as doubles.
+std::string response_json(const std::string& model_name, const std::string& model_version, const std::string& id,
+                          const std::vector<InferOutput>& outputs,
+                          const std::function<bool(const std::string& name)>& as_binary, std::string* raw) {
   auto quoted = [](const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); };
   std::string out = "{\"model_name\":" + quoted(model_name) + ",\"model_version\":" + quoted(model_version);
   if (!id.empty()) out += ",\"id\":" + quoted(id);
@@ -257,9 +263,26 @@ std::string infer_response_json(const std::string& model_name, const std::string
   for (size_t k = 0; k < outputs.size(); ++k) {
     const InferOutput& o = outputs[k];
     out += (k ? ",{" : "{") + std::string("\"name\":") + quoted(o.name) + ",\"datatype\":\"" +
-           datatype_name(o.datatype) + "\",\"shape\":" + Json(o.values.shape()).dump() + ",\"data\":[";
+           datatype_name(o.datatype) + "\",\"shape\":" + Json(o.values.shape()).dump();
     const float* v = o.values.data();
     const bool integer = o.datatype == Datatype::kInt64 || o.datatype == Datatype::kInt32;
+    if (as_binary(o.name)) {
+      const size_t before = raw->size();
+      for (int64_t i = 0; i < o.values.numel(); ++i) {
+        if (o.datatype == Datatype::kInt64) {
+          const int64_t x = std::lround(v[i]);
+          raw->append(reinterpret_cast<const char*>(&x), sizeof x);
+        } else if (o.datatype == Datatype::kInt32) {
+          const auto x = static_cast<int32_t>(std::lround(v[i]));
+          raw->append(reinterpret_cast<const char*>(&x), sizeof x);
+        } else {
+          raw->append(reinterpret_cast<const char*>(&v[i]), sizeof(float));
+        }
+      }
+      out += ",\"parameters\":{\"binary_data_size\":" + std::to_string(raw->size() - before) + "}}";
+      continue;
+    }
+    out += ",\"data\":[";
     for (int64_t i = 0; i < o.values.numel(); ++i) {
       if (i) out += ',';
       if (!std::isfinite(v[i])) {
@@ -275,40 +298,23 @@ std::string infer_response_json(const std::string& model_name, const std::string
   return out + "]}";
 }
 
+}  // namespace
+
+std::string infer_response_json(const std::string& model_name, const std::string& model_version,
+                                const std::string& id, const std::vector<InferOutput>& outputs) {
+  return response_json(model_name, model_version, id, outputs, [](const std::string&) { return false; }, nullptr);
+}
+
 std::string infer_response_binary(const std::string& model_name, const std::string& model_version,
                                   const std::string& id, const std::vector<InferOutput>& outputs, bool all_binary,
                                   const std::vector<std::string>& binary, int64_t* header_length) {
-  Json out = Json::array();
   std::string raw;
-  for (const InferOutput& o : outputs) {
-    const bool as_binary = all_binary || std::find(binary.begin(), binary.end(), o.name) != binary.end();
-    Json entry = {{"name", o.name}, {"datatype", datatype_name(o.datatype)}, {"shape", o.values.shape()}};
-    const float* v = o.values.data();
-    if (as_binary) {
-      const size_t before = raw.size();
-      for (int64_t i = 0; i < o.values.numel(); ++i) {
-        if (o.datatype == Datatype::kInt64) {
-          const int64_t x = std::lround(v[i]);
-          raw.append(reinterpret_cast<const char*>(&x), 8);
-        } else {
-          raw.append(reinterpret_cast<const char*>(&v[i]), 4);
-        }
-      }
-      entry["parameters"] = {{"binary_data_size", raw.size() - before}};
-    } else {
-      Json data = Json::array();
-      for (int64_t i = 0; i < o.values.numel(); ++i) {
-        if (o.datatype == Datatype::kInt64) data.push_back(static_cast<int64_t>(std::lround(v[i])));
-        else data.push_back(std::isfinite(v[i]) ? Json(v[i]) : Json());
-      }
-      entry["data"] = std::move(data);
-    }
-    out.push_back(std::move(entry));
-  }
-  Json response = {{"model_name", model_name}, {"model_version", model_version}};
-  if (!id.empty()) response["id"] = id;
-  response["outputs"] = std::move(out);
-  const std::string header = response.dump(-1, ' ', false, Json::error_handler_t::replace);
+  const std::string header = response_json(
+      model_name, model_version, id, outputs,
+      [&](const std::string& name) {
+        return all_binary || std::find(binary.begin(), binary.end(), name) != binary.end();
+      },
+      &raw);
   *header_length = static_cast<int64_t>(header.size());
   return header + raw;
 }
