@@ -66,7 +66,8 @@ std::string alone(nn::Gpt& gpt, const std::string& prompt, const GenerateParams&
 TEST(Generation, OneSequenceGivesTheTokensOfGenerateForItsSeed) {
   auto model = tiny_gpt();
   auto& gpt = static_cast<nn::Gpt&>(model->root());
-  GenerationScheduler scheduler(gpt, letters(), {});
+  LocalSequenceModel sequences(gpt);
+  GenerationScheduler scheduler(sequences, letters(), {});
   for (uint64_t seed : {1u, 2u}) {
     GenerateParams p;
     p.max_tokens = 20;  // past the context of 8: the refill path too
@@ -87,7 +88,8 @@ TEST(Generation, ConcurrentSequencesShareStepsAndEachGetsItsOwnText) {
   int64_t widest = 0;
   GenerationOptions options;
   options.max_streams = 8;
-  GenerationScheduler scheduler(gpt, letters(), options, [&](int64_t streams, double) {
+  LocalSequenceModel sequences(gpt);
+  GenerationScheduler scheduler(sequences, letters(), options, [&](int64_t streams, double) {
     std::lock_guard<std::mutex> lock(mutex);
     widest = std::max(widest, streams);
   });
@@ -115,7 +117,8 @@ TEST(Generation, ConcurrentSequencesShareStepsAndEachGetsItsOwnText) {
 TEST(Generation, StopStringsEndTheTextBeforeThemEvenAcrossTokens) {
   auto model = tiny_gpt();
   auto& gpt = static_cast<nn::Gpt&>(model->root());
-  GenerationScheduler scheduler(gpt, letters(), {});
+  LocalSequenceModel sequences(gpt);
+  GenerationScheduler scheduler(sequences, letters(), {});
   GenerateParams p;
   p.max_tokens = 12;
   p.temperature = 0;
@@ -138,7 +141,8 @@ TEST(Generation, StopStringsEndTheTextBeforeThemEvenAcrossTokens) {
 TEST(Generation, ACancelledSequenceLeavesAtTheNextStep) {
   auto model = tiny_gpt();
   auto& gpt = static_cast<nn::Gpt&>(model->root());
-  GenerationScheduler scheduler(gpt, letters(), {});
+  LocalSequenceModel sequences(gpt);
+  GenerationScheduler scheduler(sequences, letters(), {});
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   std::promise<GenerationEvent> last;
   GenerateParams p;
@@ -158,7 +162,8 @@ TEST(Generation, ACancelledSequenceLeavesAtTheNextStep) {
 TEST(Generation, BadPromptsAreNamedAndAStoppedSchedulerRefuses) {
   auto model = tiny_gpt();
   auto& gpt = static_cast<nn::Gpt&>(model->root());
-  GenerationScheduler scheduler(gpt, letters(), {});
+  LocalSequenceModel sequences(gpt);
+  GenerationScheduler scheduler(sequences, letters(), {});
   auto ignore = [](const GenerationEvent&) {};
   auto fail = [](const std::string&) {};
   EXPECT_THROW(scheduler.submit("", {}, ignore, fail), Error);

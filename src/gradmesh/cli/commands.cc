@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "gradmesh/autograd/tape.h"
+#include "gradmesh/cli/self_executable.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
 #include "gradmesh/checkpoint/checkpoint_export.h"
@@ -29,14 +30,6 @@
 namespace gradmesh::cli {
 
 namespace {
-
-// This program's own path, so the launcher can start copies of it as workers.
-std::string self_executable() {
-  std::error_code error;
-  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) throw_error(ErrorKind::kIo, "/proc/self/exe", "cannot find the gradmesh executable: " + error.message());
-  return path.string();
-}
 
 // `gradmesh train --nproc-per-node K`: the same command, K times, under the launcher.
 int launch_training(const std::string& config_path, const std::vector<std::string>& overrides,

@@ -152,6 +152,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
   serve->add_option("--max-body-mb", serve_args.max_body_mb, "Largest request body (larger: 413)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  serve->add_option("--mesh", serve_args.mesh,
+                    "Split the model over processes as training does: pp=P (pipeline stages), tp=T (tensor shards) "
+                    "or pp=P,tp=T");
+  serve->add_option("--nproc", serve_args.nproc, "Processes to start for --mesh (default: pp x tp)")
+      ->check(CLI::Range(1, 1024));
+  serve_args.command_line.assign(argv + 1, argv + argc);
 
   CLI::App* docs = app.add_subcommand("docs", "Print reference tables as Markdown");
   CLI::App* docs_config = docs->add_subcommand("config", "Every config key, type and default (docs/config.md)");

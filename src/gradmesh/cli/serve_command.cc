@@ -11,8 +11,13 @@
 #include <thread>
 
 #include "gradmesh/cli/model_source.h"
+#include "gradmesh/cli/self_executable.h"
+#include "gradmesh/cli/serve_shards.h"
+#include "gradmesh/comm/environment.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/token_file.h"
+#include "gradmesh/elastic/launch_options.h"
+#include "gradmesh/elastic/launcher.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/model_factory.h"
@@ -41,47 +46,61 @@ std::pair<std::string, std::string> name_and_path(const std::string& arg) {
   return {fs::is_directory(p) ? p.filename().string() : p.stem().string(), arg};
 }
 
-std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, const std::string& config_override) {
-  const auto [name, path] = name_and_path(arg);
-  const std::string config_path = config_override.empty() ? find_run_config(path) : config_override;
-  const train::Config config = train::load_config(config_path);
+// What serving a model needs besides its weights: its config, the shape of
+// its inputs, and for a GPT trained on a token set the text codec.
+struct ModelSetup {
+  train::Config config;
   train::InputGeometry geometry;
   serve::ModelShape shape;
-  shape.kind = config.model.kind;
   std::shared_ptr<const data::TokenSet> vocab;
-  if (config.data.format == "tokens") {
-    vocab = std::make_shared<const data::TokenSet>(data::read_token_set(config.data.tokens));
-    geometry.vocab_size = vocab->vocab_size;
+};
+
+ModelSetup model_setup(const std::string& path, const std::string& config_override) {
+  ModelSetup m;
+  m.config = train::load_config(config_override.empty() ? find_run_config(path) : config_override);
+  m.shape.kind = m.config.model.kind;
+  if (m.config.data.format == "tokens") {
+    m.vocab = std::make_shared<const data::TokenSet>(data::read_token_set(m.config.data.tokens));
+    m.geometry.vocab_size = m.vocab->vocab_size;
   } else {
-    geometry = train::load_training_data(config, /*with_test=*/false)->geometry;
+    m.geometry = train::load_training_data(m.config, /*with_test=*/false)->geometry;
   }
-  if (shape.kind == "gpt") {
-    const nn::GptSpec spec = train::gpt_spec(config.model, geometry);
-    shape.sample = {spec.block_size};
-    shape.classes = spec.vocab_size;
+  if (m.shape.kind == "gpt") {
+    const nn::GptSpec spec = train::gpt_spec(m.config.model, m.geometry);
+    m.shape.sample = {spec.block_size};
+    m.shape.classes = spec.vocab_size;
   } else {
-    shape.sample = {geometry.channels, geometry.height, geometry.width};
-    shape.classes = config.model.classes;
+    m.shape.sample = {m.geometry.channels, m.geometry.height, m.geometry.width};
+    m.shape.classes = m.config.model.classes;
   }
-  std::unique_ptr<nn::Model> model = train::build_model(config.model, geometry, config.train.seed);
+  return m;
+}
+
+void set_codec(serve::ServedModel& served, const std::shared_ptr<const data::TokenSet>& vocab) {
+  if (!vocab || served.shape().kind != "gpt") return;
+  serve::TextCodec codec;
+  codec.encode = [vocab](const std::string& text) {
+    std::vector<int64_t> ids;
+    for (uint16_t t : data::encode_text(*vocab, text, "text_input")) ids.push_back(t);
+    return ids;
+  };
+  codec.decode = [vocab](const std::vector<int64_t>& ids) {
+    std::vector<uint16_t> tokens(ids.begin(), ids.end());
+    return data::detokenize(*vocab, tokens);
+  };
+  served.set_codec(std::move(codec));
+}
+
+std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, const std::string& config_override) {
+  const auto [name, path] = name_and_path(arg);
+  ModelSetup m = model_setup(path, config_override);
+  std::unique_ptr<nn::Model> model = train::build_model(m.config.model, m.geometry, m.config.train.seed);
   ModelWeights weights = read_model_weights_at(path);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& t : weights.file.tensors) tensors.emplace_back(t.name, t.tensor);
   model->load_parameters(tensors, path);
-  auto served = std::make_shared<serve::ServedModel>(name, weights.version, shape, std::move(model));
-  if (vocab && shape.kind == "gpt") {
-    serve::TextCodec codec;
-    codec.encode = [vocab](const std::string& text) {
-      std::vector<int64_t> ids;
-      for (uint16_t t : data::encode_text(*vocab, text, "text_input")) ids.push_back(t);
-      return ids;
-    };
-    codec.decode = [vocab](const std::vector<int64_t>& ids) {
-      std::vector<uint16_t> tokens(ids.begin(), ids.end());
-      return data::detokenize(*vocab, tokens);
-    };
-    served->set_codec(std::move(codec));
-  }
+  auto served = std::make_shared<serve::ServedModel>(name, weights.version, m.shape, std::move(model));
+  set_codec(*served, m.vocab);
   return served;
 }
 
@@ -118,10 +137,66 @@ extern "C" void on_stop_signal(int signal) {
   [[maybe_unused]] const ssize_t written = ::write(g_signal_pipe[1], &byte, 1);
 }
 
+// `gradmesh serve --nproc N`: the same command, N times, under the launcher;
+// every copy finds its rank (and rank 0 the port) from its environment.
+int launch_shards(const ServeArgs& args, int nproc) {
+  elastic::LaunchOptions o;
+  o.nproc_per_node = nproc;
+  o.heartbeat_timeout_s = 0;  // a server makes no training steps to report
+  o.clean_signal_stop_succeeds = true;  // SIGTERM drains rank 0, which then stops the others
+  o.command = {self_executable()};
+  for (size_t i = 0; i < args.command_line.size(); ++i) {
+    const std::string& a = args.command_line[i];
+    if (a == "--nproc") {
+      ++i;
+    } else if (a.rfind("--nproc=", 0) != 0) {
+      o.command.push_back(a);
+    }
+  }
+  return elastic::run_launcher(o);
+}
+
+// The ranks of a sharded server: returns the model rank 0 serves (null on
+// the other ranks, which have run rank 0's commands until it stopped).
+std::shared_ptr<serve::ServedModel> serve_shard(const ServeArgs& args, const ServeMesh& mesh,
+                                                std::shared_ptr<serve::ShardedGpt>& sharded) {
+  const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group_from_environment();
+  if (world->size() != mesh.size())
+    throw_error(ErrorKind::kUsage, "--mesh",
+                "pp x tp = " + std::to_string(mesh.size()) + " ranks, but the job has " + std::to_string(world->size()));
+  const auto [name, path] = name_and_path(args.models[0]);
+  ModelSetup m = model_setup(path, args.config);
+  ShardedPart part = load_sharded_part(world, mesh, m.config, m.geometry, path);
+  sharded = part.sharded;
+  if (world->rank() != 0) {
+    // The launcher passes SIGTERM to every rank; only rank 0 drains, then stops the others.
+    ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGINT, SIG_IGN);
+    part.sharded->follow();
+    return nullptr;
+  }
+  std::fprintf(stderr, "%s split over %d processes (pp = %d, tp = %d)%s%s\n", name.c_str(), mesh.size(), mesh.pp,
+               mesh.tp, part.stage_split.empty() ? "" : ": ", part.stage_split.c_str());
+  auto served = std::make_shared<serve::ServedModel>(name, part.version, m.shape, std::move(part.part), part.sharded);
+  set_codec(*served, m.vocab);
+  return served;
+}
+
 }  // namespace
 
 int run_serve(ServeArgs args) {
   if (args.models.empty()) throw_error(ErrorKind::kUsage, "gradmesh serve", "name at least one model");
+  const ServeMesh mesh = parse_serve_mesh(args.mesh);
+  const int nproc = args.nproc == 0 ? mesh.size() : args.nproc;
+  if (nproc != mesh.size())
+    throw_error(ErrorKind::kUsage, "--nproc " + std::to_string(nproc),
+                "a server is one model split by --mesh over pp x tp processes; --mesh '" + args.mesh + "' has " +
+                    std::to_string(mesh.size()));
+  if (nproc > 1 && args.models.size() != 1)
+    throw_error(ErrorKind::kUsage, "--mesh", "a split model is served alone; name one model");
+  if (nproc > 1 && args.watch)
+    throw_error(ErrorKind::kUsage, "--watch", "hot reload of a model split across processes is not supported yet");
+  if (nproc > 1 && !comm::launched_as_worker()) return launch_shards(args, nproc);
   if (::pipe(g_signal_pipe) != 0) throw_error(ErrorKind::kIo, "gradmesh serve", "cannot create the signal pipe");
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -133,7 +208,14 @@ int run_serve(ServeArgs args) {
   if (!args.token_file.empty()) args.server.token = read_token(args.token_file);
   args.server.max_body_bytes = args.max_body_mb << 20;
   std::vector<std::shared_ptr<serve::ServedModel>> models;
-  for (const std::string& m : args.models) models.push_back(load_served_model(m, args.config));
+  std::shared_ptr<serve::ShardedGpt> sharded;
+  if (nproc > 1) {
+    std::shared_ptr<serve::ServedModel> served = serve_shard(args, mesh, sharded);
+    if (!served) return 0;  // a rank other than 0: rank 0 stopped it
+    models.push_back(std::move(served));
+  } else {
+    for (const std::string& m : args.models) models.push_back(load_served_model(m, args.config));
+  }
   serve::InferenceServer server(models, args.server);
   if (args.watch) {
     for (size_t i = 0; i < models.size(); ++i) {
@@ -167,6 +249,7 @@ int run_serve(ServeArgs args) {
     server.stop();
   });
   server.run();
+  if (sharded) sharded->stop();
   const unsigned char quiet = 0;
   [[maybe_unused]] const ssize_t written = ::write(g_signal_pipe[1], &quiet, 1);
   waiter.join();

@@ -21,6 +21,11 @@ struct ServeArgs {
   int64_t threads = 1;     // compute threads of each forward pass
   bool watch = false;      // hot reload: follow each model's checkpoints/latest
   double watch_interval = 1.0;
+  // Sharded serving: one model split over pp x tp processes (--mesh), which
+  // --nproc starts under the launcher (0: as many as the mesh has ranks).
+  int nproc = 0;
+  std::string mesh;
+  std::vector<std::string> command_line;  // argv after the program's name, for the launched copies
   serve::ServerOptions server;
 };
 

@@ -29,6 +29,9 @@ struct LaunchOptions {
   double heartbeat_timeout_s = 60;  // a worker without heartbeat change or progress this long is hung; 0 = off
   double rdzv_last_call_s = 5;      // elastic: close the rendezvous once MIN joined and no node came this long
   std::vector<std::string> command;  // the worker program and its arguments
+  // Exit 0, not 128 + N, when signal N stopped the job and every worker
+  // exited 0 (gradmesh serve --nproc: SIGTERM drains the server).
+  bool clean_signal_stop_succeeds = false;
 };
 
 struct NodeRange {

@@ -199,6 +199,7 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
   settings.run_id = ctx.run_id;
   settings.generation = generation;
   settings.heartbeat_timeout = millis(ctx.options.heartbeat_timeout_s);
+  settings.clean_signal_stop_succeeds = ctx.options.clean_signal_stop_succeeds;
   // The failed worker's node replaces it; the other nodes' workers re-form with it.
   settings.in_process_allowed = true;
   settings.budget = &budget;

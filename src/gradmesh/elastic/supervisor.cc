@@ -284,6 +284,7 @@ class Supervisor {
                                  "node " + std::to_string(settings_.node_rank) + "'s launcher received " +
                                      signal_name(stop_signal_),
                                  o.exit_code, 0, 0};
+        if (settings_.clean_signal_stop_succeeds && all_clean_ && group_.all_exited()) o.exit_code = 0;
         o.message = all_clean_ && group_.all_exited()
                         ? "received " + signal_name(stop_signal_) +
                               "; every worker stopped cleanly (exit 0) within the grace period"

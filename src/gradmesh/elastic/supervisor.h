@@ -59,6 +59,10 @@ struct SupervisorSettings {
   bool in_process_allowed = false;
   RestartBudget* budget = nullptr;
   std::function<WorkerCommand(int local_rank, int generation)> replacement_command;
+  // A stop signal every worker answered by exiting 0 ends the job with 0, not
+  // 128 + the signal: for workers whose planned stop is a signal (a server
+  // drains on SIGTERM).
+  bool clean_signal_stop_succeeds = false;
 };
 
 // Exit code of a launcher whose worker hung (as timeout(1) reports one).

@@ -96,10 +96,10 @@ class GptAttention : public GptPart {
   }
   // x [n, 1, C]: one new token of each of n sequences, sequence i at position
   // pos[i] with its own caches; the projections run as one matrix product.
+  // Split: this rank's heads, so the caches and q, k, v are n_embd / degree wide.
   Variable decode_batch(const Variable& x, const std::vector<Tensor*>& keys, const std::vector<Tensor*>& values,
                         const std::vector<int64_t>& pos) {
-    GRADMESH_CHECK(split_ == nullptr, "key/value-cached decoding of a tensor-parallel GPT");
-    const int64_t n = x.shape()[0], c = x.shape()[2];
+    const int64_t n = x.shape()[0], c = x.shape()[2] / (split_ ? split_->degree() : 1);
     const Tensor qkv = on_tokens(c_attn_, x).value();
     Tensor y = Tensor::empty({n, 1, c});
     for (int64_t i = 0; i < n; ++i) {
@@ -343,9 +343,10 @@ std::string Gpt::describe() const {
 
 KvCache Gpt::new_cache() const {
   KvCache cache;
-  for (int64_t i = 0; i < spec_.n_layer; ++i) {
-    cache.keys.push_back(Tensor::zeros({spec_.block_size, spec_.n_embd}));
-    cache.values.push_back(Tensor::zeros({spec_.block_size, spec_.n_embd}));
+  const int64_t width = spec_.n_embd / (split_ ? split_->degree() : 1);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    cache.keys.push_back(Tensor::zeros({spec_.block_size, width}));
+    cache.values.push_back(Tensor::zeros({spec_.block_size, width}));
   }
   return cache;
 }
@@ -380,28 +381,44 @@ Tensor Gpt::next_token_logits(int64_t token, KvCache& cache) {
 Tensor Gpt::next_token_logits_batch(const std::vector<int64_t>& tokens, const std::vector<KvCache*>& caches) {
   if (split_ != nullptr || spec_.stage.count > 1)
     throw_error(ErrorKind::kUsage, "GPT generation", "a split or pipelined GPT generates through gradmesh serve");
-  GRADMESH_CHECK(tokens.size() == caches.size() && !tokens.empty(), "one token per cache");
-  const auto n = static_cast<int64_t>(tokens.size());
+  Tensor ids = Tensor::empty({static_cast<int64_t>(tokens.size())});
+  for (size_t i = 0; i < tokens.size(); ++i) ids.data()[i] = static_cast<float>(tokens[i]);
+  return decode_stage(ids, caches);
+}
+
+Tensor Gpt::decode_stage(const Tensor& input, const std::vector<KvCache*>& caches) {
+  const bool first = spec_.stage.index == 0, last = spec_.stage.index == spec_.stage.count - 1;
+  const auto n = static_cast<int64_t>(caches.size());
+  GRADMESH_CHECK(n > 0 && input.numel() == (first ? n : n * spec_.n_embd), "one token or activation row per cache");
   std::vector<int64_t> positions;
   for (const KvCache* cache : caches) {
     if (cache->length >= spec_.block_size)
       throw_error(ErrorKind::kUsage, "GPT generation",
                   "a cache holds " + std::to_string(cache->length) + " positions, the whole context (block_size = " +
                       std::to_string(spec_.block_size) + ")");
+    GRADMESH_CHECK(cache->keys.size() == blocks_.size(), "a cache made by this stage's new_cache()");
     positions.push_back(cache->length);
   }
   autograd::NoGradGuard no_grad;
-  Variable x = autograd::add(static_cast<Embedding*>(wte_)->lookup(tokens), wpe_->lookup(positions));
-  x = autograd::reshape(x, {n, 1, spec_.n_embd});
-  std::vector<Tensor*> keys(tokens.size()), values(tokens.size());
+  Variable x;
+  if (first) {
+    std::vector<int64_t> tokens(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int64_t>(input.data()[i]);
+    Variable e = split_ ? split_->lookup(*wte_, tokens) : static_cast<Embedding*>(wte_)->lookup(tokens);
+    x = autograd::reshape(autograd::add(e, wpe_->lookup(positions)), {n, 1, spec_.n_embd});
+  } else {
+    x = Variable(input.view({n, 1, spec_.n_embd}));
+  }
+  std::vector<Tensor*> keys(caches.size()), values(caches.size());
   for (size_t b = 0; b < blocks_.size(); ++b) {
     for (size_t i = 0; i < caches.size(); ++i) keys[i] = &caches[i]->keys[b], values[i] = &caches[i]->values[b];
     x = blocks_[b]->decode_batch(x, keys, values, positions);
   }
-  x = autograd::reshape(ln_f_->forward(x), {n, spec_.n_embd});
-  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, embedding_table(*wte_, nullptr), Variable());
   for (KvCache* cache : caches) ++cache->length;
-  return logits.value().view({n, spec_.vocab_size});
+  if (!last) return x.value().view({n, spec_.n_embd});
+  x = autograd::reshape(ln_f_->forward(x), {n, spec_.n_embd});
+  Variable logits = lm_head_ ? lm_head_->forward(x) : autograd::linear(x, embedding_table(*wte_, split_), Variable());
+  return logits.value();
 }
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }

@@ -93,7 +93,8 @@ class Gpt : public Module {
   Variable loss(const Variable& output, const std::vector<int32_t>& labels, float denominator) override;
   void predict(const Variable& output, int32_t* classes) override;
 
-  // Generation (no tape): an empty cache for this model.
+  // Generation (no tape): an empty cache for this model (a stage: its blocks;
+  // split: its heads' columns).
   KvCache new_cache() const;
   // Feeds `token` at position cache.length and returns the logits [vocab_size]
   // of the next token. REQUIRES: cache.length < block_size (kUsage otherwise).
@@ -103,6 +104,13 @@ class Gpt : public Module {
   // tokens, attention per sequence over its own cache. Returns [n, vocab_size].
   // REQUIRES: every cache.length < block_size (kUsage otherwise).
   Tensor next_token_logits_batch(const std::vector<int64_t>& tokens, const std::vector<KvCache*>& caches);
+  // The same step on this model's part of a split GPT (sharded serving): the
+  // first stage takes the n token ids (as floats, [n]), a later stage the
+  // previous stage's activations [n, n_embd]; returns activations [n, n_embd],
+  // or on the last stage the logits [n, this rank's vocabulary columns]
+  // (nn/tensor_split.h). Caches come from this model's new_cache(): its own
+  // blocks, its own heads. Collective over the tensor-parallel group.
+  Tensor decode_stage(const Tensor& input, const std::vector<KvCache*>& caches);
 
  private:
   GptSpec spec_;

@@ -73,7 +73,8 @@ struct GenerationScheduler::Sequence {
   std::vector<int64_t> context;  // the last tokens fed or drawn: what a refill restarts from
   std::deque<int64_t> feed;      // tokens to feed before the next draw (the prompt, or a refill)
   int64_t generated = 0;
-  nn::KvCache cache;
+  int64_t slot = -1;             // its caches in the model; -1 until it first runs
+  int64_t length = 0;            // positions fed since the slot (re)started
   GenerateParams params;
   CounterRng rng;
   std::string pending;           // generated text not sent yet (held back while it may start a stop string)
@@ -108,7 +109,7 @@ struct GenerationScheduler::Sequence {
   }
 };
 
-GenerationScheduler::GenerationScheduler(nn::Gpt& model, TextCodec codec, GenerationOptions options,
+GenerationScheduler::GenerationScheduler(SequenceModel& model, TextCodec codec, GenerationOptions options,
                                          std::function<void(int64_t, double)> on_step)
     : model_(model), codec_(std::move(codec)), options_(options), on_step_(std::move(on_step)) {
   GRADMESH_CHECK(options_.max_streams >= 1 && options_.max_queue >= 1, "generation options out of range");
@@ -181,6 +182,8 @@ void GenerationScheduler::loop() {
       }
     }
     if (!batch.empty()) step(batch);
+    for (auto& s : running_)
+      if (s->done && s->slot >= 0) model_.release(s->slot);
     running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->done; });
     std::lock_guard<std::mutex> lock(mutex_);
     running_count_ = static_cast<int64_t>(running_.size());
@@ -189,18 +192,18 @@ void GenerationScheduler::loop() {
 
 void GenerationScheduler::step(std::vector<Sequence*>& batch) {
   const nn::GptSpec& spec = model_.spec();
-  std::vector<int64_t> tokens;
-  std::vector<nn::KvCache*> caches;
+  std::vector<int64_t> tokens, slots, positions;
   for (Sequence* s : batch) {
-    if (s->cache.keys.empty()) s->cache = model_.new_cache();
+    if (s->slot < 0) s->slot = next_slot_++;
     tokens.push_back(s->feed.front());
     s->feed.pop_front();
-    caches.push_back(&s->cache);
+    slots.push_back(s->slot);
+    positions.push_back(s->length++);
   }
   const double start = now_seconds();
   Tensor logits;
   try {
-    logits = model_.next_token_logits_batch(tokens, caches);
+    logits = model_.step(tokens, slots, positions);
   } catch (const std::exception& e) {
     for (Sequence* s : batch) {
       s->on_error(e.what());
@@ -226,12 +229,12 @@ void GenerationScheduler::step(std::vector<Sequence*>& batch) {
     const bool last = s.generated >= s.params.max_tokens;
     s.emit(last, "length");
     if (s.done) continue;
-    if (s.cache.length < spec.block_size) {
+    if (s.length < spec.block_size) {
       s.feed.push_back(next);
       continue;
     }
     // The context is full: go on from its last half, as nn::generate does.
-    s.cache = model_.new_cache();
+    s.length = 0;
     const auto keep = static_cast<size_t>(std::max<int64_t>(1, spec.block_size / 2));
     s.feed.assign(s.context.end() - static_cast<std::ptrdiff_t>(keep), s.context.end());
   }

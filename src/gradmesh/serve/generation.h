@@ -1,8 +1,9 @@
 // Text generation for the server, with continuous batching: every sequence
-// has its own key/value cache (preallocated to the model's context, since a
-// sequence never outgrows it), and one scheduler thread advances all running
-// sequences by one token per step with a single batched forward pass
-// (nn::Gpt::next_token_logits_batch). Sequences join between steps, feeding
+// has its own key/value cache (a slot of the SequenceModel, preallocated to
+// the model's context, since a sequence never outgrows it), and one scheduler
+// thread advances all running sequences by one token per step with a single
+// batched forward pass (SequenceModel::step, in this process or through the
+// stages and shards of a split model). Sequences join between steps, feeding
 // their prompt one token per step alongside the others' new tokens, and
 // leave when they finish, so a long generation never holds a short one back.
 //
@@ -24,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "gradmesh/nn/gpt.h"
+#include "gradmesh/serve/sequence_model.h"
 
 namespace gradmesh::serve {
 
@@ -67,7 +68,7 @@ class GenerationScheduler {
  public:
   using OnEvent = std::function<void(const GenerationEvent&)>;
   // `on_step` (may be empty) sees each step's batch size and seconds.
-  GenerationScheduler(nn::Gpt& model, TextCodec codec, GenerationOptions options,
+  GenerationScheduler(SequenceModel& model, TextCodec codec, GenerationOptions options,
                       std::function<void(int64_t streams, double seconds)> on_step = {});
   ~GenerationScheduler();  // stop()
   GenerationScheduler(const GenerationScheduler&) = delete;
@@ -94,8 +95,9 @@ class GenerationScheduler {
   void loop();
   void step(std::vector<Sequence*>& running);
 
-  nn::Gpt& model_;
+  SequenceModel& model_;
   TextCodec codec_;
+  int64_t next_slot_ = 0;  // the scheduler thread's
   GenerationOptions options_;
   std::function<void(int64_t, double)> on_step_;
   mutable std::mutex mutex_;

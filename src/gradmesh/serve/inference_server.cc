@@ -146,11 +146,11 @@ struct InferenceServer::Impl {
     auto v = std::make_shared<Version>();
     v->model = std::move(m);
     v->batcher = batcher;
-    if (v->model->gpt() && v->model->codec()) {
+    if (v->model->sequences() && v->model->codec()) {
       obs::HistogramFamily* streams = &generation_streams;
       const std::string name = v->model->name();
       v->generator = std::make_unique<GenerationScheduler>(
-          *v->model->gpt(), *v->model->codec(), options.generation,
+          *v->model->sequences(), *v->model->codec(), options.generation,
           [streams, name](int64_t n, double) { streams->observe({{"model", name}}, static_cast<double>(n)); });
     }
     return v;

@@ -4,6 +4,7 @@
 
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/serve/sharded_gpt.h"
 
 namespace gradmesh::serve {
 namespace {
@@ -26,7 +27,22 @@ ServedModel::ServedModel(std::string name, std::string version, ModelShape shape
     : name_(std::move(name)), version_(std::move(version)), shape_(std::move(shape)), model_(std::move(model)) {
   GRADMESH_CHECK(model_ != nullptr, "ServedModel without a model");
   model_->set_training(false);
+  if (shape_.kind == "gpt") sequences_ = std::make_shared<LocalSequenceModel>(static_cast<nn::Gpt&>(model_->root()));
 }
+
+ServedModel::ServedModel(std::string name, std::string version, ModelShape shape, std::unique_ptr<nn::Model> part,
+                         std::shared_ptr<ShardedGpt> sharded)
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      shape_(std::move(shape)),
+      model_(std::move(part)),
+      sharded_(std::move(sharded)) {
+  GRADMESH_CHECK(model_ != nullptr && sharded_ != nullptr && shape_.kind == "gpt", "a sharded GPT");
+  model_->set_training(false);
+  sequences_ = std::shared_ptr<SequenceModel>(sharded_, sharded_.get());
+}
+
+ServedModel::~ServedModel() = default;
 
 TensorSpec ServedModel::input() const {
   if (shape_.kind == "gpt") return {"tokens", Datatype::kInt64, {-1, -1}};
@@ -76,11 +92,8 @@ Tensor ServedModel::rows_of(const InferInput& in) const {
   return in.values.view(rows);
 }
 
-nn::Gpt* ServedModel::gpt() const {
-  return shape_.kind == "gpt" ? static_cast<nn::Gpt*>(&model_->root()) : nullptr;
-}
-
 Tensor ServedModel::forward(const Tensor& rows) const {
+  if (sharded_) return sharded_->forward(rows);
   autograd::NoGradGuard no_grad;
   const Tensor out = model_->forward(autograd::Variable(rows)).value();
   if (shape_.kind != "gpt") return out;

@@ -22,6 +22,7 @@
 #include "gradmesh/nn/model.h"
 #include "gradmesh/serve/generation.h"
 #include "gradmesh/serve/infer_json.h"
+#include "gradmesh/serve/sequence_model.h"
 
 namespace gradmesh::serve {
 
@@ -37,9 +38,16 @@ struct ModelShape {
   int64_t classes = 0;       // classifier: classes; gpt: the vocabulary
 };
 
+class ShardedGpt;
+
 class ServedModel {
  public:
   ServedModel(std::string name, std::string version, ModelShape shape, std::unique_ptr<nn::Model> model);
+  // A GPT split across processes (sharded_gpt.h): `part` is rank 0's stage
+  // and shard; forward passes and generation go through `sharded`.
+  ServedModel(std::string name, std::string version, ModelShape shape, std::unique_ptr<nn::Model> part,
+              std::shared_ptr<ShardedGpt> sharded);
+  ~ServedModel();
 
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
@@ -53,8 +61,10 @@ class ServedModel {
   Tensor rows_of(const InferInput& input) const;
   // One forward pass: rows -> logits [n, classes]. Thread-safe.
   Tensor forward(const Tensor& rows) const;
-  // A GPT's model, for generation; null for other kinds.
-  nn::Gpt* gpt() const;
+  // A GPT's sequences, for generation (used by one thread at a time); null for other kinds.
+  SequenceModel* sequences() const { return sequences_.get(); }
+  // The sharded model, or null when the whole model is in this process.
+  ShardedGpt* sharded() const { return sharded_.get(); }
   // Text <-> tokens for a GPT's generate endpoints; without one they answer 400.
   void set_codec(TextCodec codec) { codec_ = std::move(codec); }
   const TextCodec* codec() const { return codec_.encode ? &codec_ : nullptr; }
@@ -69,6 +79,8 @@ class ServedModel {
   std::string name_, version_;
   ModelShape shape_;
   std::unique_ptr<nn::Model> model_;
+  std::shared_ptr<ShardedGpt> sharded_;
+  std::shared_ptr<SequenceModel> sequences_;
   TextCodec codec_;
 };
 
