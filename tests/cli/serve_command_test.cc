@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <thread>
 
 #include "cli/run_command.h"
@@ -23,17 +22,6 @@ class ServeCommand : public ::testing::Test {
   void SetUp() override {
     if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed (" << kDataDir << ")";
   }
-  // The port the server printed, or 0 when it did not start within 60 s.
-  static int wait_for_port(const LauncherProcess& server) {
-    const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
-    for (int i = 0; i < 600; ++i) {
-      std::smatch m;
-      const std::string err = server.err();
-      if (std::regex_search(err, m, listening)) return std::stoi(m[1]);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return 0;
-  }
   TempDir dir_;
 };
 
@@ -47,7 +35,7 @@ TEST_F(ServeCommand, ServesATrainedRunWithItsTokenAndDrainsOnSigterm) {
   LauncherProcess server({"serve", "fashion=" + dir_.file("runs/r1"), "--port", "0", "--token-file", dir_.file("token"),
                           "--max-delay-us", "500"},
                          dir_.path(), "serve");
-  const int port = wait_for_port(server);
+  const int port = wait_for_listening_port(server);
   ASSERT_GT(port, 0) << server.err();
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(20, 0);
@@ -81,7 +69,7 @@ TEST_F(ServeCommand, WatchServesEachNewCheckpointOfTheRun) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   LauncherProcess server({"serve", "m=" + dir_.file("runs/r2"), "--port", "0", "--watch", "--watch-interval", "0.1"},
                          dir_.path(), "watch");
-  const int port = wait_for_port(server);
+  const int port = wait_for_listening_port(server);
   ASSERT_GT(port, 0) << server.err();
   httplib::Client c("127.0.0.1", port);
   auto version = [&] { return Json::parse(c.Get("/v2/models/m")->body)["versions"][0].get<std::string>(); };

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,6 +126,19 @@ inline std::vector<std::string> lines_with_prefix(const std::string& text, const
     begin = end + 1;
   }
   return out;
+}
+
+// The port a server started as `server` printed ("listening on 127.0.0.1:PORT",
+// gradmesh serve), or 0 when it printed none within 60 s.
+inline int wait_for_listening_port(const LauncherProcess& server) {
+  const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
+  for (int i = 0; i < 600; ++i) {
+    std::smatch m;
+    const std::string err = server.err();
+    if (std::regex_search(err, m, listening)) return std::stoi(m[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
 }
 
 }  // namespace gradmesh::testing
