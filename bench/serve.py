@@ -19,12 +19,18 @@ warm-up; wrk shares the cores with the server. Reported per connection
 count: requests/s and the p50 / p99 latency wrk measures; then each side's
 highest throughput with p99 <= 10 ms.
 
-Generation: examples/gpt.toml (0.8 M parameters) trained 60 steps on the fortunes; 8 sequences of 64
-tokens each, one at a time against all 8 at once (continuous batching),
-tokens/s over the whole run, and the time to the first token of a streamed
-request.
+Generation: examples/gpt.toml (0.8 M parameters) and a wider GPT (n_embd
+384: 7.2 M), each trained 60 steps on the fortunes; 8 sequences of 64 tokens
+each, one at a time against all 8 at once (continuous batching), tokens/s
+over the whole run, and the time to the first token of a streamed request.
 
-usage: bench/serve.py [--gradmesh build/gradmesh] [--seconds 5]
+Sharded serving (--part sharded): the wide GPT in one process, in two
+pipeline stages (--mesh pp=2) and in two tensor shards (--mesh tp=2), each
+process with one compute thread: wrk on /infer with one 32-token row per
+request (batching up to 8, two batches in flight so the stages overlap),
+and the generation figures above.
+
+usage: bench/serve.py [--gradmesh build/gradmesh] [--seconds 5] [--part all|infer|generate|sharded]
 """
 import argparse, json, os, re, signal, struct, subprocess, sys, tempfile, threading, time, urllib.request
 
@@ -87,7 +93,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gradmesh", default=os.path.join(ROOT, "build", "gradmesh"))
     ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--part", choices=["all", "infer", "generate"], default="all")
+    ap.add_argument("--part", choices=["all", "infer", "generate", "sharded"], default="all")
     args = ap.parse_args()
     g = args.gradmesh
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +122,7 @@ def main():
                                                         os.path.join(tmp, "runs", "mlp", "model.safetensors")]),
         ]
         best = {}
-        if args.part == "generate":
+        if args.part in ("generate", "sharded"):
             sides = []
         print("| server | connections | requests/s | p50 (ms) | p99 (ms) | errors |")
         print("|---|---|---|---|---|---|")
@@ -143,49 +149,102 @@ def main():
         if args.part == "infer":
             return
 
-        # Generation.
+        # Generation, on the small GPT and on one whose weights outweigh its arithmetic per token.
         subprocess.run([g, "data", "prepare-text", "--vocab", "char", "--output", "tokens"], cwd=tmp, check=True,
                        capture_output=True)
-        subprocess.run([g, "train", os.path.join(ROOT, "examples", "gpt.toml"), "--set", "output.run_id=gpt",
-                        "--set", "data.tokens=tokens", "--set", "train.max_steps=60", "--set", "output.report=false"],
-                       cwd=tmp, check=True, capture_output=True)
-        proc, port = start([g, "serve", "gpt=" + os.path.join(tmp, "runs", "gpt"), "--port", "0", "--max-streams", "8"],
-                           os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)", cwd=tmp)
-        try:
-            def request(seed):
-                return json.loads(post(port, "/v2/models/gpt/generate",
-                                       {"text_input": "The ", "parameters": {"max_tokens": 64, "seed": seed}}))
+        for run_id, shape in GPT_MODELS:
+            train_gpt(g, tmp, run_id, shape)
+        if args.part in ("all", "generate"):
+            print()
+            print("| generation (64 tokens per sequence) | 8 sequences one at a time, tokens/s | 8 at once, tokens/s "
+                  "| ratio | first token (ms) | per token after it (ms) |")
+            print("|---|---|---|---|---|---|")
+            for run_id, shape in GPT_MODELS:
+                proc, port = start([g, "serve", "gpt=" + os.path.join(tmp, "runs", run_id), "--port", "0",
+                                    "--max-streams", "8"], os.path.join(tmp, "server.log"),
+                                   r"listening on 127\.0\.0\.1:(\d+)", cwd=tmp)
+                try:
+                    one, together, first, per_token = generation_figures(port)
+                finally:
+                    stop(proc)
+                print(f"| {run_id} ({shape}) | {one:.0f} | {together:.0f} | {together / one:.1f}x | {first * 1000:.1f} "
+                      f"| {per_token * 1000:.2f} |", flush=True)
+        if args.part not in ("all", "sharded"):
+            return
 
-            request(0)  # warm-up
-            t0 = time.time()
-            tokens = sum(request(s)["tokens"] for s in range(8))
-            one_at_a_time = tokens / (time.time() - t0)
-            results = [None] * 8
-            threads = [threading.Thread(target=lambda s=s: results.__setitem__(s, request(s))) for s in range(8)]
-            t0 = time.time()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            together = sum(r["tokens"] for r in results) / (time.time() - t0)
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/gpt/generate_stream",
-                                         data=json.dumps({"text_input": "The ", "parameters": {"max_tokens": 64}}).encode())
-            t0 = time.time()
-            with urllib.request.urlopen(req) as r:
-                r.readline()
-                first = time.time() - t0
-                rest = r.read()
-            total = time.time() - t0
-            events = rest.count(b"data: ") + 1
-        finally:
-            stop(proc)
+        # Sharded serving: the wide GPT whole, in two pipeline stages, in two tensor shards.
+        run_id, shape = GPT_MODELS[-1]
+        tokens_body = os.path.join(tmp, "tokens.json")
+        with open(tokens_body, "w") as f:
+            json.dump({"inputs": [{"name": "tokens", "shape": [1, 32], "datatype": "INT64",
+                                   "data": [(i * 7) % 60 + 1 for i in range(32)]}]}, f)
         print()
-        print("| generation (examples/gpt.toml, 64 tokens per sequence) | tokens/s |")
-        print("|---|---|")
-        print(f"| 8 sequences one at a time | {one_at_a_time:.0f} |")
-        print(f"| 8 sequences at once (continuous batching) | {together:.0f} ({together / one_at_a_time:.1f}x) |")
-        print(f"\ntime to first token {first * 1000:.1f} ms; {events} events in {total * 1000:.0f} ms "
-              f"({(total - first) / max(events - 1, 1) * 1000:.2f} ms per token after the first)")
+        print(f"| {run_id} served | connections | requests/s | p50 (ms) | p99 (ms) | errors |")
+        print("|---|---|---|---|---|---|")
+        gen_rows = []
+        for layout, extra in [("one process", []), ("pp=2 (2 processes)", ["--mesh", "pp=2"]),
+                              ("tp=2 (2 processes)", ["--mesh", "tp=2"])]:
+            proc, port = start([g, "serve", "gpt=" + os.path.join(tmp, "runs", run_id), "--port", "0",
+                                "--max-batch", "8", "--max-delay-us", "500", "--inference-threads", "2",
+                                "--max-streams", "8"] + extra,
+                               os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)", cwd=tmp)
+            try:
+                for c in (1, 4, 16):
+                    rate, p50, p99, errors = wrk(port, "/v2/models/gpt/infer", tokens_body, c, args.seconds)
+                    print(f"| {layout} | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} | {errors} |", flush=True)
+                gen_rows.append((layout,) + generation_figures(port))
+            finally:
+                stop(proc)
+        print()
+        print(f"| {run_id} generation | 8 one at a time, tokens/s | 8 at once, tokens/s | first token (ms) "
+              "| per token after it (ms) |")
+        print("|---|---|---|---|---|")
+        for layout, one, together, first, per_token in gen_rows:
+            print(f"| {layout} | {one:.0f} | {together:.0f} | {first * 1000:.1f} | {per_token * 1000:.2f} |")
+
+
+# (run id, config overrides): examples/gpt.toml as it is (0.8 M parameters), and
+# wider (6.4 M), where a decoded token's time goes into reading the weights.
+GPT_MODELS = [("gpt", "examples/gpt.toml, 0.8 M parameters"),
+              ("gpt-wide", "n_embd 384, 4 blocks, 7.2 M parameters")]
+GPT_OVERRIDES = {"gpt": [], "gpt-wide": ["--set", "model.n_embd=384", "--set", "model.n_head=6"]}
+
+
+def train_gpt(g, tmp, run_id, shape):
+    subprocess.run([g, "train", os.path.join(ROOT, "examples", "gpt.toml"), "--set", f"output.run_id={run_id}",
+                    "--set", "data.tokens=tokens", "--set", "train.max_steps=60", "--set", "output.report=false"]
+                   + GPT_OVERRIDES[run_id], cwd=tmp, check=True, capture_output=True)
+
+
+def generation_figures(port):
+    """8 sequences of 64 tokens one at a time, then at once (tokens/s each); the
+    first token's time and the time per token after it, of a streamed request."""
+    def request(seed):
+        return json.loads(post(port, "/v2/models/gpt/generate",
+                               {"text_input": "The ", "parameters": {"max_tokens": 64, "seed": seed}}))
+
+    request(0)  # warm-up
+    t0 = time.time()
+    tokens = sum(request(s)["tokens"] for s in range(8))
+    one_at_a_time = tokens / (time.time() - t0)
+    results = [None] * 8
+    threads = [threading.Thread(target=lambda s=s: results.__setitem__(s, request(s))) for s in range(8)]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    together = sum(r["tokens"] for r in results) / (time.time() - t0)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/gpt/generate_stream",
+                                 data=json.dumps({"text_input": "The ", "parameters": {"max_tokens": 64}}).encode())
+    t0 = time.time()
+    with urllib.request.urlopen(req) as r:
+        r.readline()
+        first = time.time() - t0
+        rest = r.read()
+    total = time.time() - t0
+    events = rest.count(b"data: ") + 1
+    return one_at_a_time, together, first, (total - first) / max(events - 1, 1)
 
 
 if __name__ == "__main__":
