@@ -58,15 +58,19 @@ def stop(proc):
 
 
 def wrk(port, path, body_file, connections, seconds, header_length=None):
-    lua = body_file + ".lua"
+    """body_file None: GET."""
+    lua = (body_file or os.path.join(tempfile.gettempdir(), f"gradmesh-bench-get-{os.getpid()}")) + ".lua"
     with open(lua, "w") as f:
-        f.write('wrk.method = "POST"\n')
-        if header_length is None:
-            f.write('wrk.headers["Content-Type"] = "application/json"\n')
+        if body_file is None:
+            f.write('wrk.method = "GET"\n')
         else:
-            f.write('wrk.headers["Content-Type"] = "application/octet-stream"\n'
-                    f'wrk.headers["Inference-Header-Content-Length"] = "{header_length}"\n')
-        f.write(f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
+            f.write('wrk.method = "POST"\n')
+            if header_length is None:
+                f.write('wrk.headers["Content-Type"] = "application/json"\n')
+            else:
+                f.write('wrk.headers["Content-Type"] = "application/octet-stream"\n'
+                        f'wrk.headers["Inference-Header-Content-Length"] = "{header_length}"\n')
+            f.write(f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n')
     url = f"http://127.0.0.1:{port}{path}"
     subprocess.run(["wrk", "-t1", f"-c{connections}", "-d1s", "-s", lua, url], capture_output=True)  # warm-up
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", lua, url],
@@ -93,7 +97,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gradmesh", default=os.path.join(ROOT, "build", "gradmesh"))
     ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--part", choices=["all", "infer", "generate", "sharded"], default="all")
+    ap.add_argument("--part", choices=["all", "infer", "batching", "http", "generate", "sharded"], default="all")
     args = ap.parse_args()
     g = args.gradmesh
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,7 +126,7 @@ def main():
                                                         os.path.join(tmp, "runs", "mlp", "model.safetensors")]),
         ]
         best = {}
-        if args.part in ("generate", "sharded"):
+        if args.part not in ("all", "infer"):
             sides = []
         print("| server | connections | requests/s | p50 (ms) | p99 (ms) | errors |")
         print("|---|---|---|---|---|---|")
@@ -146,7 +150,11 @@ def main():
             for name, _ in sides:
                 rate = best.get(name, 0)
                 print(f"| {name} | {rate:.0f} | {rate / anchor:.1f}x |" if anchor else f"| {name} | {rate:.0f} | - |")
-        if args.part == "infer":
+        if args.part in ("all", "batching"):
+            batching_figures(g, tmp, args.seconds)
+        if args.part in ("all", "http"):
+            http_figures(g, tmp, args.seconds)
+        if args.part not in ("all", "generate", "sharded"):
             return
 
         # Generation, on the small GPT and on one whose weights outweigh its arithmetic per token.
@@ -208,6 +216,59 @@ def main():
 GPT_MODELS = [("gpt", "examples/gpt.toml, 0.8 M parameters"),
               ("gpt-wide", "n_embd 384, 4 blocks, 7.2 M parameters")]
 GPT_OVERRIDES = {"gpt": [], "gpt-wide": ["--set", "model.n_embd=384", "--set", "model.n_head=6"]}
+
+
+def batching_figures(g, tmp, seconds):
+    """Dynamic batching on against off where a forward pass costs more than its
+    request's HTTP and JSON: a wide MLP (784-2048-2048-2048-10, 10.5 M
+    parameters, 42 MB of weights), whose one-row pass reads all its weights."""
+    subprocess.run([g, "train", os.path.join(ROOT, "examples", "mlp.toml"), "--set", "output.run_id=wide-mlp",
+                    "--set", "model.hidden=[2048,2048,2048]", "--set", "data.limit_train=1024",
+                    "--set", "output.report=false"], cwd=tmp, check=True, capture_output=True)
+    body = os.path.join(tmp, "image.json")
+    model = "mlp=" + os.path.join(tmp, "runs", "wide-mlp")
+    sides = [("wide MLP, batching on (--max-batch 8)", ["--max-batch", "8", "--max-delay-us", "1000"]),
+             ("wide MLP, batching off (--max-batch 1)", ["--max-batch", "1"])]
+    print()
+    print("| server | connections | requests/s | p50 (ms) | p99 (ms) | errors |")
+    print("|---|---|---|---|---|---|")
+    best, best_any = {}, {}
+    for name, flags in sides:
+        proc, port = start([g, "serve", model, "--port", "0", "--http-threads", "80"] + flags,
+                           os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
+        try:
+            for c in (1, 2, 4, 8, 16, 32):
+                rate, p50, p99, errors = wrk(port, "/v2/models/mlp/infer", body, c, seconds)
+                print(f"| {name} | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} | {errors} |", flush=True)
+                if errors == 0:
+                    best_any[name] = max(best_any.get(name, 0), rate)
+                    if p99 <= 10:
+                        best[name] = max(best.get(name, 0), rate)
+        finally:
+            stop(proc)
+    on, off = sides[0][0], sides[1][0]
+    print()
+    print("| wide MLP | batching on, requests/s | batching off, requests/s | ratio (target 3x) |")
+    print("|---|---|---|---|")
+    for label, table in (("highest with p99 <= 10 ms", best), ("highest at any latency", best_any)):
+        a, b = table.get(on, 0), table.get(off, 0)
+        print(f"| {label} | {a:.0f} | {b:.0f} | {a / b:.1f}x |" if b else f"| {label} | {a:.0f} | {b:.0f} | - |")
+
+
+def http_figures(g, tmp, seconds):
+    """The HTTP layer alone (cpp-httplib and the routes, no model): GET
+    /v2/health/ready, against one inference request's cost above."""
+    proc, port = start([g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0", "--http-threads", "80"],
+                       os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
+    print()
+    print("| GET /v2/health/ready (the HTTP layer alone) | connections | requests/s | p50 (ms) | p99 (ms) |")
+    print("|---|---|---|---|---|")
+    try:
+        for c in (1, 8, 32):
+            rate, p50, p99, _ = wrk(port, "/v2/health/ready", None, c, seconds)
+            print(f"| gradmesh serve (cpp-httplib) | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} |", flush=True)
+    finally:
+        stop(proc)
 
 
 def train_gpt(g, tmp, run_id, shape):

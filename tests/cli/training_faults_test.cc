@@ -330,6 +330,21 @@ TEST_F(TrainingFaults, ResumedAfterTheLastStepEvaluatesAndSavesTheSameWeights) {
   EXPECT_EQ(events(dir_.file("runs/end/metrics.jsonl"), "epoch").size(), 2u) << "the resumed run evaluates too";
 }
 
+// Without output.run_id the run directory is named after the launch's run
+// id (so a restarted group writes into the same one), and checkpoint.dir
+// puts the checkpoints elsewhere.
+TEST_F(TrainingFaults, RunDirectoryIsNamedFromTheLaunchRunIdAndCheckpointDirIsHonoured) {
+  const std::string args = "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
+                           " --set data.limit_train=512 --set data.limit_test=64 --set train.max_steps=4"
+                           " --set output.report=false --set output.trace_steps=0 --set checkpoint.every_steps=2"
+                           " --set checkpoint.dir=" + dir_.file("elsewhere");
+  const pid_t launcher = spawn_launch("--rdzv-id named-by-launch", args, dir_.path(), "named");
+  ASSERT_EQ(wait_exit(launcher, 120s), 0) << read_text(dir_.file("named.err"));
+  EXPECT_TRUE(fs::exists(dir_.file("runs/named-by-launch/metrics.jsonl"))) << read_text(dir_.file("named.err"));
+  EXPECT_EQ(newest_checkpoint(dir_.file("elsewhere")), 4);
+  EXPECT_FALSE(fs::exists(dir_.file("runs/named-by-launch/checkpoints")));
+}
+
 TEST_F(TrainingFaults, FullDiskLosesCheckpointsButNotTraining) {
   // Files may grow to 256 KiB: the metrics fit, a 7 MB checkpoint does not (EFBIG, not a crash).
   CommandResult r = run_shell("trap '' XFSZ && ulimit -f 256 && '" GRADMESH_BINARY "' train " +
