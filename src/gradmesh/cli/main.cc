@@ -4,10 +4,11 @@
 #include <cstdio>
 #include <exception>
 
+#include "gradmesh/cli/bench_scaling_command.h"
 #include "gradmesh/cli/commands.h"
 #include "gradmesh/cli/generate_command.h"
-#include "gradmesh/cli/serve_command.h"
 #include "gradmesh/cli/launch_command.h"
+#include "gradmesh/cli/serve_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
 
@@ -94,6 +95,23 @@ int main(int argc, char** argv) {
   bench_comm->add_option("--max-bytes", comm_max, "Largest message (sizes step by 4x)")->capture_default_str()->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   bench_comm->add_option("--iters", comm_iters, "Timed all-reduces per size (0: by size)")->capture_default_str()->check(CLI::Range(0, 1000000));
   bench_comm->add_flag("--json", comm_json, "One JSON object per size instead of the table");
+
+  gradmesh::cli::BenchScalingArgs scaling_args;
+  CLI::App* bench_scaling = bench->add_subcommand(
+      "scaling", "Probe a config at a few worker counts, fit the cost model and predict its scaling (docs/scaling.md)");
+  bench_scaling->add_option("config", scaling_args.config, "Training config (TOML)")->required();
+  bench_scaling->add_option("--set", scaling_args.overrides, "Override a config key for every probe: key=value");
+  bench_scaling->add_option("--workers", scaling_args.workers, "Worker counts to probe")->capture_default_str();
+  bench_scaling->add_option("--steps", scaling_args.steps, "Measured steps per probe")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  bench_scaling->add_option("--warmup", scaling_args.warmup, "Steps before them")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000}));
+  bench_scaling->add_option("--bandwidth", scaling_args.bandwidth, "Predict for links of this rate (10gbit, 200mbit)");
+  bench_scaling->add_option("--latency", scaling_args.latency, "... and this latency (50us, 1ms)");
+  bench_scaling->add_option("--max-workers", scaling_args.max_workers, "Predict up to this many workers")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  bench_scaling->add_option("--json", scaling_args.json_path, "Write the study as JSON to this file");
+  bench_scaling->add_option("--svg", scaling_args.svg_path, "Write the chart (measured over predicted) to this file");
 
   CLI::App* data = app.add_subcommand("data", "Prepare datasets");
   data->require_subcommand(1);
@@ -184,6 +202,7 @@ int main(int argc, char** argv) {
     if (*inspect) return gradmesh::cli::run_inspect(inspect_path);
     if (*export_cmd) return gradmesh::cli::run_export(export_path, export_output, export_optimizer);
     if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_op, comm_min, comm_max, comm_iters, comm_json);
+    if (*bench_scaling) return gradmesh::cli::run_bench_scaling(scaling_args);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
     if (*generate) return gradmesh::cli::run_generate(gen);

@@ -1,0 +1,135 @@
+#include "gradmesh/scaling/scaling_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "gradmesh/obs/json_object.h"
+
+namespace gradmesh::scaling {
+namespace {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// Workers shown in the predicted table: powers of two, the knee, the fastest, the last.
+std::vector<int> shown(const ScalingCurve& c) {
+  std::vector<int> out;
+  const int last = static_cast<int>(c.points.size());
+  for (int n = 1; n <= last; n *= 2) out.push_back(n);
+  for (int n : {c.knee, c.fastest, last}) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string link_text(const LinkCost& l) {
+  return "alpha " + fixed(l.alpha_s * 1e6, 1) + " us, " + fixed(8.0 / std::max(l.beta_s_per_byte, 1e-30) / 1e9, 2) +
+         " Gbit/s";
+}
+
+}  // namespace
+
+std::string scaling_table(const ScalingStudy& s) {
+  std::string out = "probes of " + s.config + " (global batch " + std::to_string(s.global_batch) + "), network: " +
+                    s.here_link + "\n\n";
+  out += "| workers | measured step (ms) | predicted (ms) | error | compute (ms) | exposed comm (ms) | samples/s |\n";
+  out += "|---|---|---|---|---|---|---|\n";
+  for (const ProbeMeasurement& p : s.probes) {
+    const Prediction q = predict(s.here, s.global_batch, p.workers);
+    out += "| " + std::to_string(p.workers) + " | " + fixed(p.step_s * 1e3, 2) + " | " + fixed(q.step_s * 1e3, 2) +
+           " | " + fixed((q.step_s / p.step_s - 1) * 100, 1) + "% | " + fixed(p.compute_s() * 1e3, 2) + " | " +
+           fixed(p.exposed_s * 1e3, 2) + " | " + fixed(s.global_batch / p.step_s, 0) + " |\n";
+  }
+  out += "\nmodel: compute " + fixed(s.here.compute.fixed_s * 1e3, 3) + " ms + " +
+         fixed(s.here.compute.per_sample_s * 1e6, 2) + " us per sample; backward " +
+         fixed(s.here.backward_share * 100, 0) + "% of it, of which " + fixed(s.here.overlap * 100, 0) +
+         "% hides communication; " + std::to_string(s.here.bucket_bytes.size()) + " gradient buckets; link " +
+         link_text(s.here.link) + "\n\n";
+  out += "predicted on " + s.target_link + ":\n\n";
+  out += "| workers | step (ms) | exposed comm (ms) | samples/s | speedup | efficiency |\n|---|---|---|---|---|---|\n";
+  for (int n : shown(s.curve)) {
+    const Prediction& p = s.curve.points[static_cast<size_t>(n - 1)];
+    out += "| " + std::to_string(n) + " | " + fixed(p.step_s * 1e3, 2) + " | " + fixed(p.exposed_s * 1e3, 2) + " | " +
+           fixed(p.samples_per_s, 0) + " | " + fixed(p.speedup, 2) + "x | " + fixed(p.efficiency * 100, 0) + "% |\n";
+  }
+  out += "\nknee (the most workers at >= 50% efficiency): " + std::to_string(s.curve.knee) +
+         "; fastest: " + std::to_string(s.curve.fastest) + " workers";
+  out += s.curve.slower_from > 0 ? "; from " + std::to_string(s.curve.slower_from) + " workers on, adding workers slows the job\n"
+                                 : "; adding workers never slows the job within this range\n";
+  return out;
+}
+
+std::string scaling_json(const ScalingStudy& s) {
+  std::string probes = "[", curve = "[";
+  for (const ProbeMeasurement& p : s.probes) {
+    obs::JsonObject j;
+    j.add("workers", p.workers).add("steps", p.steps).add("step_s", p.step_s).add("data_s", p.data_s)
+        .add("forward_s", p.forward_s).add("backward_s", p.backward_s).add("exposed_comm_s", p.exposed_s)
+        .add("optimizer_s", p.optimizer_s).add("predicted_step_s", predict(s.here, s.global_batch, p.workers).step_s);
+    probes += (probes.size() > 1 ? "," : "") + j.str();
+  }
+  for (const Prediction& p : s.curve.points) {
+    obs::JsonObject j;
+    j.add("workers", p.workers).add("step_s", p.step_s).add("compute_s", p.compute_s).add("comm_s", p.comm_s)
+        .add("exposed_comm_s", p.exposed_s).add("samples_per_s", p.samples_per_s).add("speedup", p.speedup)
+        .add("efficiency", p.efficiency);
+    curve += (curve.size() > 1 ? "," : "") + j.str();
+  }
+  obs::JsonObject model;
+  model.add("compute_fixed_s", s.here.compute.fixed_s).add("compute_per_sample_s", s.here.compute.per_sample_s)
+      .add("backward_share", s.here.backward_share).add("overlap", s.here.overlap).add("data_s", s.here.data_s)
+      .add("optimizer_s", s.here.optimizer_s).add("buckets", static_cast<int64_t>(s.here.bucket_bytes.size()))
+      .add("alpha_s", s.here.link.alpha_s).add("beta_s_per_byte", s.here.link.beta_s_per_byte)
+      .add("target_alpha_s", s.target.link.alpha_s).add("target_beta_s_per_byte", s.target.link.beta_s_per_byte);
+  obs::JsonObject top;
+  top.add("config", s.config).add("global_batch", s.global_batch).add("here_link", s.here_link)
+      .add("target_link", s.target_link).add("knee", s.curve.knee).add("fastest", s.curve.fastest)
+      .add("slower_from", s.curve.slower_from);
+  std::string text = top.str();
+  text.pop_back();  // '}'
+  return text + ",\"model\":" + model.str() + ",\"probes\":" + probes + "],\"predicted\":" + curve + "]}\n";
+}
+
+std::string scaling_svg(const ScalingStudy& s) {
+  const double w = 640, h = 400, left = 70, right = 20, top = 30, bottom = 50;
+  const int last = static_cast<int>(s.curve.points.size());
+  const double xmax = std::log2(std::max(last, 2));
+  double ymax = 0;
+  for (const Prediction& p : s.curve.points) ymax = std::max(ymax, p.samples_per_s);
+  for (const ProbeMeasurement& p : s.probes) ymax = std::max(ymax, s.global_batch / p.step_s);
+  ymax *= 1.1;
+  auto x = [&](double n) { return left + (w - left - right) * std::log2(n) / xmax; };
+  auto y = [&](double v) { return h - bottom - (h - top - bottom) * v / ymax; };
+  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"400\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  out += "<text x=\"" + fixed(left, 0) + "\" y=\"18\" font-size=\"13\">samples/s against workers: predicted (line), measured (dots)</text>\n";
+  out += "<line x1=\"" + fixed(left, 0) + "\" y1=\"" + fixed(h - bottom, 0) + "\" x2=\"" + fixed(w - right, 0) + "\" y2=\"" +
+         fixed(h - bottom, 0) + "\" stroke=\"#333\"/>\n";
+  out += "<line x1=\"" + fixed(left, 0) + "\" y1=\"" + fixed(top, 0) + "\" x2=\"" + fixed(left, 0) + "\" y2=\"" +
+         fixed(h - bottom, 0) + "\" stroke=\"#333\"/>\n";
+  for (int n = 1; n <= last; n *= 2)
+    out += "<text x=\"" + fixed(x(n), 1) + "\" y=\"" + fixed(h - bottom + 16, 0) + "\" text-anchor=\"middle\">" +
+           std::to_string(n) + "</text>\n";
+  out += "<text x=\"" + fixed((left + w - right) / 2, 0) + "\" y=\"" + fixed(h - 10, 0) + "\" text-anchor=\"middle\">workers</text>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double v = ymax * i / 4;
+    const std::string label = v >= 1e4 ? fixed(v / 1e3, 0) + "k" : fixed(v, 0);
+    out += "<text x=\"" + fixed(left - 6, 0) + "\" y=\"" + fixed(y(v) + 4, 1) + "\" text-anchor=\"end\">" + label + "</text>\n";
+  }
+  std::string path;
+  for (const Prediction& p : s.curve.points) path += (path.empty() ? "M" : " L") + fixed(x(p.workers), 1) + "," + fixed(y(p.samples_per_s), 1);
+  out += "<path d=\"" + path + "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\"/>\n";
+  out += "<line x1=\"" + fixed(x(s.curve.knee), 1) + "\" y1=\"" + fixed(top, 0) + "\" x2=\"" + fixed(x(s.curve.knee), 1) +
+         "\" y2=\"" + fixed(h - bottom, 0) + "\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>\n";
+  out += "<text x=\"" + fixed(x(s.curve.knee) + 4, 1) + "\" y=\"" + fixed(top + 12, 0) + "\">knee: " +
+         std::to_string(s.curve.knee) + "</text>\n";
+  for (const ProbeMeasurement& p : s.probes)
+    out += "<circle cx=\"" + fixed(x(p.workers), 1) + "\" cy=\"" + fixed(y(s.global_batch / p.step_s), 1) +
+           "\" r=\"4\" fill=\"#d62728\"/>\n";
+  return out + "</svg>\n";
+}
+
+}  // namespace gradmesh::scaling

@@ -1,0 +1,29 @@
+// How `gradmesh bench scaling` shows its study: a Markdown table of the
+// probes against the model, the predicted curve with its knee, the same as
+// JSON, and an SVG chart (measured points over the predicted curve).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gradmesh/scaling/cost_model.h"
+#include "gradmesh/scaling/probe.h"
+
+namespace gradmesh::scaling {
+
+struct ScalingStudy {
+  std::string config;                 // the config probed
+  int64_t global_batch = 0;
+  std::vector<ProbeMeasurement> probes;
+  StepModel here;                     // fitted, on the network the probes ran on
+  std::string here_link;              // how that link was found ("gloo on this machine, fitted: ...")
+  StepModel target;                   // the same job on the network predicted for
+  std::string target_link;
+  ScalingCurve curve;                 // `target` for 1 .. the largest N asked
+};
+
+std::string scaling_table(const ScalingStudy& study);
+std::string scaling_json(const ScalingStudy& study);
+std::string scaling_svg(const ScalingStudy& study);
+
+}  // namespace gradmesh::scaling
