@@ -3,11 +3,18 @@
 // flags it refuses. Skips visibly without the dataset.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli/run_command.h"
+#include "elastic/launcher_process.h"
+#include "support/two_hosts.h"
 
 namespace gradmesh::testing {
 namespace {
@@ -50,6 +57,50 @@ TEST_F(BenchScaling, ProbesFitsAndPredictsWithTableJsonAndChart) {
   EXPECT_NE(svg.str().find("<circle"), std::string::npos) << "the measured points";
 }
 
+// The namespaces of emulated clusters (gms<pid>, gmh<pid>x<i>), one per
+// line; other tests' namespaces, which may come and go meanwhile, are left out.
+std::string netns_list() {
+  std::string out;
+  shell("ip netns list | grep -E '^gm[hs][0-9]+' | cut -d' ' -f1", &out);
+  return out;
+}
+
+// Two emulated hosts at 1 gbit: the reference MLP's gradients (0.9 MB a
+// step) cost more than a second worker saves, so two hosts are slower.
+TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBehind) {
+  if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
+  const std::string before = netns_list();
+  const CommandResult r =
+      run_gradmesh(kProbe + " --workers 1,2 --hosts netns:2 --link-rate 1gbit --json study.json", dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("gloo between 2 emulated hosts on 1gbit links"), std::string::npos) << r.out;
+  std::ifstream json_file(dir_.file("study.json"));
+  const Json study = Json::parse(json_file);
+  ASSERT_EQ(study["probes"].size(), 2u);
+  EXPECT_GT(study["probes"][1]["step_s"].get<double>(), study["probes"][0]["step_s"].get<double>())
+      << "two hosts on 1 gbit links take longer per step than one";
+  EXPECT_EQ(study["fastest"].get<int>(), 1);
+  EXPECT_EQ(netns_list(), before) << "namespaces left behind";
+}
+
+// Ctrl-C while a probe runs: the probes stop and the namespaces go.
+TEST_F(BenchScaling, AnInterruptedStudyStillRemovesItsHosts) {
+  if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
+  const std::string before = netns_list();
+  LauncherProcess study({"bench", "scaling", GRADMESH_SOURCE_DIR "/examples/mlp.toml", "--set", "data.limit_train=60000",
+                         "--set", "train.threads=1", "--steps", "100000", "--warmup", "0", "--workers", "1,2",
+                         "--hosts", "netns:2"},
+                        dir_.path(), "interrupted");
+  for (int i = 0; i < 300 && study.err().find("probe: 1 worker") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(netns_list(), before) << study.err();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  study.signal(SIGINT);
+  EXPECT_NE(study.wait(std::chrono::milliseconds(60'000)), 0) << study.err();
+  EXPECT_NE(study.err().find("interrupted by SIGINT"), std::string::npos) << study.err();
+  EXPECT_EQ(netns_list(), before) << "namespaces left behind";
+}
+
 TEST_F(BenchScaling, FlagsItCannotUseAreNamed) {
   struct Case {
     std::string flags, message;
@@ -61,6 +112,8 @@ TEST_F(BenchScaling, FlagsItCannotUseAreNamed) {
            {"--bandwidth 1gbit", "give --bandwidth and --latency together"},
            {"--bandwidth 10gb --latency 5us", "--bandwidth '10gb'"},
            {"--bandwidth 1gbit --latency 5", "--latency '5'"},
+           {"--hosts 2", "--hosts '2'"},
+           {"--hosts netns:2 --workers 1,4", "4 workers need as many hosts"},
        }) {
     const CommandResult r = run_gradmesh(kProbe + " " + c.flags, dir_.path());
     EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.err;

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/scaling/cost_model.h"
+#include "gradmesh/scaling/emulated_cluster.h"
 #include "gradmesh/scaling/probe.h"
 #include "gradmesh/scaling/scaling_report.h"
 #include "gradmesh/scaling/units.h"
@@ -54,13 +57,19 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// Runs `argv` with stdout and stderr into `log`; its exit status (128 + signal when killed).
-int run_child(const std::vector<std::string>& argv, const std::string& log) {
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int signal) { g_interrupted = signal; }
+
+// Starts `argv` in a process group of its own, stdout and stderr into `log`.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid < 0) throw_error(ErrorKind::kIo, "gradmesh bench scaling", "cannot start a probe (fork failed)");
   if (pid == 0) {
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -72,18 +81,57 @@ int run_child(const std::vector<std::string>& argv, const std::string& log) {
     ::execv(args[0], args.data());
     ::_exit(127);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return pid;
 }
 
-void run_or_fail(const std::vector<std::string>& argv, const std::string& log, const std::string& what) {
-  const int code = run_child(argv, log);
-  if (code == 0) return;
+std::string log_tail(const std::string& log) {
   std::string tail = read_text(log);
-  if (tail.size() > 2000) tail = "..." + tail.substr(tail.size() - 2000);
-  throw_error(ErrorKind::kIo, what, "exited with status " + std::to_string(code) + ":\n" + tail);
+  return tail.size() > 2000 ? "..." + tail.substr(tail.size() - 2000) : tail;
+}
+
+// Runs the commands at once (one per emulated host, or one) and waits for
+// all; when one fails, or SIGINT/SIGTERM arrives, the others are stopped
+// and Error(kIo) names `what` with the failing command's last output.
+void run_together(const std::vector<std::vector<std::string>>& commands, const std::vector<std::string>& logs,
+                  const std::string& what) {
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < commands.size(); ++i) pids.push_back(spawn(commands[i], logs[i]));
+  std::vector<bool> done(pids.size(), false);
+  std::string failure;
+  size_t left = pids.size();
+  while (left > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0 && errno == EINTR && g_interrupted != 0 && failure.empty()) {
+      failure = std::string("interrupted by ") + (g_interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (!done[i]) ::kill(-pids[i], SIGTERM);
+      continue;
+    }
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] != pid || done[i]) continue;
+      done[i] = true;
+      --left;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && failure.empty()) {
+        failure = "exited with status " + std::to_string(code) + ":\n" + log_tail(logs[i]);
+        for (size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) ::kill(-pids[k], SIGTERM);
+      }
+    }
+  }
+  if (!failure.empty()) throw_error(ErrorKind::kIo, what, failure);
+}
+
+// "netns:K" -> K.
+int parse_hosts(const std::string& text) {
+  char* end = nullptr;
+  const long k = text.rfind("netns:", 0) == 0 ? std::strtol(text.c_str() + 6, &end, 10) : 0;
+  if (k < 1 || k > 64 || end == nullptr || *end != '\0')
+    throw_error(ErrorKind::kUsage, "--hosts '" + text + "'", "expected netns:K, K emulated hosts from 1 to 64");
+  return static_cast<int>(k);
 }
 
 // The gradient buckets every step all-reduces: the reducer's own plan over the model's parameters.
@@ -137,6 +185,54 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     }
   } cleanup{dir};
   const std::string self = self_executable();
+  // Ctrl-C or SIGTERM stops the probes, and the cleanup below still runs.
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+
+  // The emulated hosts, when asked for: every probe then runs one worker per host over gloo.
+  std::unique_ptr<scaling::EmulatedCluster> cluster;
+  if (!args.hosts.empty()) {
+    const int hosts = parse_hosts(args.hosts);
+    if (workers.back() > hosts)
+      throw_error(ErrorKind::kUsage, "--workers",
+                  std::to_string(workers.back()) + " workers need as many hosts; --hosts has " + std::to_string(hosts));
+    std::fprintf(stderr, "emulated cluster: %d network namespaces, %s links (tc tbf), a Redis store on host 0\n", hosts,
+                 args.link_rate.c_str());
+    cluster = std::make_unique<scaling::EmulatedCluster>(hosts, args.link_rate, dir.string());
+  }
+  const std::string backend = cluster ? "gloo" : config.parallel.backend;
+  // `argv` on n workers: under the launcher on this machine, or one launcher per emulated host.
+  int round = 0;
+  auto run_on = [&](int n, const std::vector<std::string>& argv, const std::string& name, const std::string& what) {
+    std::vector<std::vector<std::string>> commands;
+    std::vector<std::string> logs;
+    ++round;
+    if (!cluster) {
+      std::vector<std::string> c;  // `argv` itself, or under the launcher
+      if (n > 1) c = {self, "launch", "--nproc-per-node", std::to_string(n), "--"};
+      c.insert(c.end(), argv.begin(), argv.end());
+      commands.push_back(c);
+      logs.push_back((dir / (name + ".log")).string());
+    } else {
+      for (int host = 0; host < n; ++host) {
+        std::vector<std::string> c = cluster->exec_prefix(host);
+        c.insert(c.end(), {"env", "GRADMESH_HOSTNAME=" + cluster->address(host), self, "launch", "--nnodes",
+                           std::to_string(n), "--node-rank", std::to_string(host), "--nproc-per-node", "1",
+                           "--rdzv-endpoint", cluster->store_endpoint(), "--rdzv-id",
+                           name + "-" + std::to_string(::getpid()) + "-" + std::to_string(round), "--"});
+        c.insert(c.end(), argv.begin(), argv.end());
+        for (std::string& word : c)  // each host writes its own run directory
+          if (word == "output.dir=" + dir.string()) word = "output.dir=" + (dir / ("host" + std::to_string(host))).string();
+        commands.push_back(c);
+        logs.push_back((dir / (name + "-host" + std::to_string(host) + ".log")).string());
+      }
+    }
+    run_together(commands, logs, what);
+    return logs.front();
+  };
 
   scaling::ScalingStudy study;
   study.config = args.config;
@@ -144,19 +240,21 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   for (int n : workers) {
     std::vector<std::string> argv = {self, "train", args.config};
-    if (n > 1) argv.insert(argv.end(), {"--nproc-per-node", std::to_string(n)});
     std::vector<std::string> sets = args.overrides;
     const std::string run = "probe-" + std::to_string(n);
     sets.insert(sets.end(), {"train.max_steps=" + std::to_string(args.warmup + args.steps), "output.dir=" + dir.string(),
                              "output.run_id=" + run, "output.report=false", "output.trace_steps=0",
                              "output.save_weights=false", "train.log_every=" + std::to_string(std::min<int64_t>(5, args.steps)),
                              "train.eval_every_epoch=false", "checkpoint.every_steps=0", "checkpoint.every_seconds=0"});
+    if (cluster) sets.push_back("parallel.backend=gloo");
     for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
-    std::fprintf(stderr, "probe: %d worker%s, %lld steps after %lld of warm-up%s\n", n, n == 1 ? "" : "s",
-                 static_cast<long long>(args.steps), static_cast<long long>(args.warmup),
-                 static_cast<unsigned>(n) > cores ? " (more workers than cores: they time-share)" : "");
-    run_or_fail(argv, (dir / (run + ".log")).string(), "the probe with " + std::to_string(n) + " workers");
-    study.probes.push_back(scaling::read_probe((dir / run / "metrics.jsonl").string(), n, batch, args.warmup));
+    std::fprintf(stderr, "probe: %d worker%s%s, %lld steps after %lld of warm-up%s\n", n, n == 1 ? "" : "s",
+                 cluster ? " (one per emulated host)" : "", static_cast<long long>(args.steps),
+                 static_cast<long long>(args.warmup),
+                 !cluster && static_cast<unsigned>(n) > cores ? " (more workers than cores: they time-share)" : "");
+    run_on(n, argv, run, "the probe with " + std::to_string(n) + " workers");
+    const fs::path run_dir = cluster ? dir / "host0" / run : dir / run;
+    study.probes.push_back(scaling::read_probe((run_dir / "metrics.jsonl").string(), n, batch, args.warmup));
   }
 
   // The transport's all-reduce, at the sizes the buckets have, on 2 and on the most workers probed.
@@ -164,14 +262,15 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   const double largest = *std::max_element(buckets.begin(), buckets.end());
   for (int n : {2, std::max(2, workers.back())}) {
     if (!samples.empty() && n == 2) continue;
-    const std::string log = (dir / ("comm-" + std::to_string(n) + ".log")).string();
-    std::fprintf(stderr, "probe: all-reduce on %d ranks (%s backend)\n", n, config.parallel.backend.c_str());
-    run_or_fail({self, "launch", "--nproc-per-node", std::to_string(n), "--", self, "bench", "comm", "--backend",
-                 config.parallel.backend, "--json", "--min-bytes", "4096", "--max-bytes",
-                 std::to_string(static_cast<int64_t>(std::max(largest, 65536.0)))},
-                log, "the all-reduce probe on " + std::to_string(n) + " ranks");
+    if (cluster && n > cluster->hosts()) break;
+    std::fprintf(stderr, "probe: all-reduce on %d ranks (%s backend)\n", n, backend.c_str());
+    const std::string log = run_on(n, {self, "bench", "comm", "--backend", backend, "--json", "--min-bytes", "4096",
+                                       "--max-bytes", std::to_string(static_cast<int64_t>(std::max(largest, 65536.0)))},
+                                   "comm-" + std::to_string(n), "the all-reduce probe on " + std::to_string(n) + " ranks");
     for (const scaling::AllreduceSample& s : scaling::read_comm_samples(read_text(log), log)) samples.push_back(s);
   }
+  if (samples.size() < 2)
+    throw_error(ErrorKind::kUsage, "--hosts", "the link is fitted from all-reduces on 2 or more hosts: emulate at least 2");
   const scaling::LinkCost measured = scaling::fit_link(samples);
   const double hd = scaling::halving_doubling_limit(samples);
   // The compute line from probes that had a core each; more workers than cores time-share.
@@ -180,7 +279,9 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     if (static_cast<unsigned>(p.workers) <= cores) fitted.push_back(p);
   if (fitted.empty()) fitted = study.probes;
   study.here = scaling::fit_step_model(fitted, measured, buckets, hd);
-  study.here_link = config.parallel.backend + " on this machine, fitted: " + link_text(measured);
+  study.here_link = cluster ? "gloo between " + std::to_string(cluster->hosts()) + " emulated hosts on " + args.link_rate +
+                                  " links, fitted: " + link_text(measured)
+                            : backend + " on this machine, fitted: " + link_text(measured);
   study.target = study.here;
   study.target_link = "the same network";
   if (target) {

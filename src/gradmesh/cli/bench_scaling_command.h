@@ -20,6 +20,10 @@ struct BenchScalingArgs {
   std::string bandwidth, latency;  // both or neither: the network to predict for
   int max_workers = 1024;
   std::string json_path, svg_path;
+  // "netns:K": probe on K emulated hosts (network namespaces, root only),
+  // one worker per host over gloo, every link limited to `link_rate`.
+  std::string hosts;
+  std::string link_rate = "1gbit";
 };
 
 int run_bench_scaling(const BenchScalingArgs& args);

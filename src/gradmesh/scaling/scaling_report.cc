@@ -57,7 +57,7 @@ std::string scaling_table(const ScalingStudy& s) {
            fixed(p.samples_per_s, 0) + " | " + fixed(p.speedup, 2) + "x | " + fixed(p.efficiency * 100, 0) + "% |\n";
   }
   out += "\nknee (the most workers at >= 50% efficiency): " + std::to_string(s.curve.knee) +
-         "; fastest: " + std::to_string(s.curve.fastest) + " workers";
+         "; fastest: " + std::to_string(s.curve.fastest) + (s.curve.fastest == 1 ? " worker" : " workers");
   out += s.curve.slower_from > 0 ? "; from " + std::to_string(s.curve.slower_from) + " workers on, adding workers slows the job\n"
                                  : "; adding workers never slows the job within this range\n";
   return out;
