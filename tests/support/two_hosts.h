@@ -13,18 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "gradmesh/core/shell.h"
+
 namespace gradmesh::testing {
 
 // Runs a shell command; returns its exit status and appends its output to `output`.
 inline int shell(const std::string& command, std::string* output = nullptr) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buffer[512];
-  std::string text;
-  while (std::fgets(buffer, sizeof buffer, pipe)) text += buffer;
-  const int status = ::pclose(pipe);
-  if (output) *output += text;
-  return status;
+  return run_shell_command(command, output);
 }
 
 // Names carry the test's pid and a tag, so concurrent tests do not collide;

@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/shell.h"
 #include "gradmesh/scaling/units.h"
 
 namespace gradmesh::scaling {
@@ -20,16 +20,7 @@ constexpr const char* kRedisCli = "/usr/bin/redis-cli";
 
 }  // namespace
 
-int shell(const std::string& command, std::string* output) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buffer[512];
-  std::string text;
-  while (std::fgets(buffer, sizeof buffer, pipe)) text += buffer;
-  const int status = ::pclose(pipe);
-  if (output) *output += text;
-  return status;
-}
+int shell(const std::string& command, std::string* output) { return run_shell_command(command, output); }
 
 EmulatedCluster::EmulatedCluster(int hosts, const std::string& rate, const std::string& workdir) {
   if (hosts < 1 || hosts > kMaxHosts)
