@@ -8,6 +8,7 @@
 #include "gradmesh/cli/commands.h"
 #include "gradmesh/cli/generate_command.h"
 #include "gradmesh/cli/launch_command.h"
+#include "gradmesh/cli/plan_command.h"
 #include "gradmesh/cli/serve_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
@@ -117,6 +118,18 @@ int main(int argc, char** argv) {
   bench_scaling->add_option("--link-rate", scaling_args.link_rate, "Each emulated host's link (tc tbf rate)")
       ->capture_default_str();
 
+  gradmesh::cli::PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Every layout of a job on N workers: memory per rank and predicted step time (docs/scaling.md)");
+  plan->add_option("config", plan_args.config, "Training config (TOML)")->required();
+  plan->add_option("--workers", plan_args.workers, "Workers to lay the job out on")
+      ->required()->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--set", plan_args.overrides, "Override a config key: key=value");
+  plan->add_option("--mesh", plan_args.mesh, "Only this mesh: dp=D,pp=P,tp=T (and its ZeRO stages)");
+  plan->add_option("--bandwidth", plan_args.bandwidth, "Link rate between workers (10gbit, 200mbit)")->capture_default_str();
+  plan->add_option("--latency", plan_args.latency, "Link latency (50us, 1ms)")->capture_default_str();
+  plan->add_option("--memory-limit", plan_args.memory_limit, "Memory per rank (16GiB): larger layouts are rejected");
+
   CLI::App* data = app.add_subcommand("data", "Prepare datasets");
   data->require_subcommand(1);
   CLI::App* prepare_text = data->add_subcommand("prepare-text", "Tokenise text files for language models");
@@ -207,6 +220,7 @@ int main(int argc, char** argv) {
     if (*export_cmd) return gradmesh::cli::run_export(export_path, export_output, export_optimizer);
     if (*bench_comm) return gradmesh::cli::run_bench_comm(comm_backend, comm_op, comm_min, comm_max, comm_iters, comm_json);
     if (*bench_scaling) return gradmesh::cli::run_bench_scaling(scaling_args);
+    if (*plan) return gradmesh::cli::run_plan(plan_args);
     if (*bench_gemm) return gradmesh::cli::run_bench_gemm(gemm_n, gemm_threads, gemm_repeats, gemm_json);
     if (*prepare_text) return gradmesh::cli::run_prepare_text(text_inputs, text_output, text_vocab, val_fraction);
     if (*generate) return gradmesh::cli::run_generate(gen);
