@@ -57,11 +57,16 @@ TEST_F(BenchScaling, ProbesFitsAndPredictsWithTableJsonAndChart) {
   EXPECT_NE(svg.str().find("<circle"), std::string::npos) << "the measured points";
 }
 
-// The namespaces of emulated clusters (gms<pid>, gmh<pid>x<i>), one per
-// line; other tests' namespaces, which may come and go meanwhile, are left out.
-std::string netns_list() {
+// The namespaces left of the emulated cluster a study's stderr names
+// ("network namespaces gmh<pid>x0 .. "): one per line, "" when none is.
+// Other tests' clusters, which may come and go meanwhile, are not counted.
+std::string left_behind(const std::string& err) {
+  const size_t at = err.find("network namespaces gmh");
+  if (at == std::string::npos) return "(the study named no namespaces)";
+  const size_t from = at + 22, to = err.find('x', from);
+  const std::string pid = err.substr(from, to - from);
   std::string out;
-  shell("ip netns list | grep -E '^gm[hs][0-9]+' | cut -d' ' -f1", &out);
+  shell("ip netns list | grep -E '^gm[hs]" + pid + "(x|$| )' | cut -d' ' -f1", &out);
   return out;
 }
 
@@ -69,7 +74,6 @@ std::string netns_list() {
 // step) cost more than a second worker saves, so two hosts are slower.
 TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBehind) {
   if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
-  const std::string before = netns_list();
   const CommandResult r =
       run_gradmesh(kProbe + " --workers 1,2 --hosts netns:2 --link-rate 1gbit --json study.json", dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -80,25 +84,24 @@ TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBeh
   EXPECT_GT(study["probes"][1]["step_s"].get<double>(), study["probes"][0]["step_s"].get<double>())
       << "two hosts on 1 gbit links take longer per step than one";
   EXPECT_EQ(study["fastest"].get<int>(), 1);
-  EXPECT_EQ(netns_list(), before) << "namespaces left behind";
+  EXPECT_EQ(left_behind(r.err), "") << "namespaces left behind";
 }
 
 // Ctrl-C while a probe runs: the probes stop and the namespaces go.
 TEST_F(BenchScaling, AnInterruptedStudyStillRemovesItsHosts) {
   if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
-  const std::string before = netns_list();
   LauncherProcess study({"bench", "scaling", GRADMESH_SOURCE_DIR "/examples/mlp.toml", "--set", "data.limit_train=60000",
                          "--set", "train.threads=1", "--steps", "100000", "--warmup", "0", "--workers", "1,2",
                          "--hosts", "netns:2"},
                         dir_.path(), "interrupted");
   for (int i = 0; i < 300 && study.err().find("probe: 1 worker") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_NE(netns_list(), before) << study.err();
+  ASSERT_NE(study.err().find("network namespaces gmh"), std::string::npos) << study.err();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   study.signal(SIGINT);
   EXPECT_NE(study.wait(std::chrono::milliseconds(60'000)), 0) << study.err();
   EXPECT_NE(study.err().find("interrupted by SIGINT"), std::string::npos) << study.err();
-  EXPECT_EQ(netns_list(), before) << "namespaces left behind";
+  EXPECT_EQ(left_behind(study.err()), "") << "namespaces left behind";
 }
 
 TEST_F(BenchScaling, FlagsItCannotUseAreNamed) {

@@ -199,9 +199,10 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     if (workers.back() > hosts)
       throw_error(ErrorKind::kUsage, "--workers",
                   std::to_string(workers.back()) + " workers need as many hosts; --hosts has " + std::to_string(hosts));
-    std::fprintf(stderr, "emulated cluster: %d network namespaces, %s links (tc tbf), a Redis store on host 0\n", hosts,
-                 args.link_rate.c_str());
     cluster = std::make_unique<scaling::EmulatedCluster>(hosts, args.link_rate, dir.string());
+    std::fprintf(stderr, "emulated cluster: %d hosts (network namespaces %s .. %s), %s links (tc tbf), a Redis store on host 0\n",
+                 hosts, cluster->namespaces().front().c_str(), cluster->namespaces().back().c_str(),
+                 args.link_rate.c_str());
   }
   const std::string backend = cluster ? "gloo" : config.parallel.backend;
   // `argv` on n workers: under the launcher on this machine, or one launcher per emulated host.
