@@ -114,5 +114,40 @@ TEST(FitStepModel, RecoversComputeAndOverlapFromSyntheticProbes) {
   for (const ProbeMeasurement& p : probes) EXPECT_NEAR(predict(m, 256, p.workers).step_s, p.step_s, 1e-9);
 }
 
+// Four workers on two cores take twice as long for their share: the fit
+// takes that out and the model with shared cores puts it back.
+TEST(FitStepModel, TakesTimeSharingOutOfProbesOnFewerCores) {
+  const LinkCost link = link_of(1e9, 50e-6);
+  StepModel truth;
+  truth.compute = {1e-3, 50e-6};
+  truth.backward_share = 0.5;
+  truth.optimizer_s = 0.2e-3;
+  truth.link = link;
+  truth.bucket_bytes = {1e6};
+  truth.shared_cores = 2;
+  std::vector<ProbeMeasurement> probes;
+  for (int n : {1, 2, 4}) {
+    const Prediction q = predict(truth, 128, n);
+    ProbeMeasurement p;
+    p.workers = n;
+    p.global_batch = 128;
+    p.steps = 10;
+    p.forward_s = p.backward_s = q.compute_s / 2;
+    p.optimizer_s = truth.optimizer_s * truth.sharing(n);
+    p.exposed_s = q.exposed_s;
+    p.step_s = q.step_s;
+    probes.push_back(p);
+  }
+  EXPECT_DOUBLE_EQ(predict(truth, 128, 4).compute_s, 2 * (1e-3 + 32 * 50e-6)) << "4 workers on 2 cores";
+  const StepModel m = fit_step_model(probes, link, {1e6}, 0, 2);
+  EXPECT_NEAR(m.compute.fixed_s, 1e-3, 1e-9);
+  EXPECT_NEAR(m.compute.per_sample_s, 50e-6, 1e-12);
+  EXPECT_NEAR(m.optimizer_s, 0.2e-3, 1e-12);
+  for (const ProbeMeasurement& p : probes) EXPECT_NEAR(predict(m, 128, p.workers).step_s, p.step_s, 1e-9);
+  StepModel own = m;
+  own.shared_cores = 0;
+  EXPECT_LT(predict(own, 128, 4).step_s, predict(m, 128, 4).step_s) << "with cores of their own, 4 workers are faster";
+}
+
 }  // namespace
 }  // namespace gradmesh::scaling

@@ -252,7 +252,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     std::fprintf(stderr, "probe: %d worker%s%s, %lld steps after %lld of warm-up%s\n", n, n == 1 ? "" : "s",
                  cluster ? " (one per emulated host)" : "", static_cast<long long>(args.steps),
                  static_cast<long long>(args.warmup),
-                 !cluster && static_cast<unsigned>(n) > cores ? " (more workers than cores: they time-share)" : "");
+                 static_cast<unsigned>(n) > cores ? " (more workers than cores: they time-share)" : "");
     run_on(n, argv, run, "the probe with " + std::to_string(n) + " workers");
     const fs::path run_dir = cluster ? dir / "host0" / run : dir / run;
     study.probes.push_back(scaling::read_probe((run_dir / "metrics.jsonl").string(), n, batch, args.warmup));
@@ -274,20 +274,19 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     throw_error(ErrorKind::kUsage, "--hosts", "the link is fitted from all-reduces on 2 or more hosts: emulate at least 2");
   const scaling::LinkCost measured = scaling::fit_link(samples);
   const double hd = scaling::halving_doubling_limit(samples);
-  // The compute line from probes that had a core each; more workers than cores time-share.
-  std::vector<scaling::ProbeMeasurement> fitted;
-  for (const auto& p : study.probes)
-    if (static_cast<unsigned>(p.workers) <= cores) fitted.push_back(p);
-  if (fitted.empty()) fitted = study.probes;
-  study.here = scaling::fit_step_model(fitted, measured, buckets, hd);
+  // Every probe (and emulated host) ran on this machine's cores: the fit
+  // takes the time-sharing out, and `here` puts it back for the probes.
+  study.here = scaling::fit_step_model(study.probes, measured, buckets, hd, static_cast<int>(cores));
   study.here_link = cluster ? "gloo between " + std::to_string(cluster->hosts()) + " emulated hosts on " + args.link_rate +
                                   " links, fitted: " + link_text(measured)
                             : backend + " on this machine, fitted: " + link_text(measured);
+  // The curve is for workers with cores of their own, each as fast as one here.
   study.target = study.here;
-  study.target_link = "the same network";
+  study.target.shared_cores = 0;
+  study.target_link = "the same network, every worker with a core of its own";
   if (target) {
     study.target.link = *target;
-    study.target_link = args.bandwidth + " links, " + args.latency + " latency";
+    study.target_link = args.bandwidth + " links, " + args.latency + " latency, every worker with a core of its own";
   }
   study.curve = scaling::predict_curve(study.target, batch, args.max_workers);
 

@@ -82,14 +82,15 @@ Prediction predict(const StepModel& model, int64_t global_batch, int workers) {
   p.workers = workers;
   // The slowest worker holds the larger share.
   const auto share = static_cast<double>((global_batch + workers - 1) / workers);
-  p.compute_s = model.compute.fixed_s + model.compute.per_sample_s * share;
+  const double sharing = model.sharing(workers);
+  p.compute_s = (model.compute.fixed_s + model.compute.per_sample_s * share) * sharing;
   for (double bytes : model.bucket_bytes) {
     const Algorithm a = bytes <= model.halving_doubling_up_to ? Algorithm::kHalvingDoubling : Algorithm::kRing;
     p.comm_s += allreduce_seconds(a, bytes, workers, model.link);
   }
   const double hidden = std::clamp(model.overlap, 0.0, 1.0) * model.backward_share * p.compute_s;
   p.exposed_s = std::max(p.comm_s - hidden, 0.0);
-  p.step_s = model.data_s + p.compute_s + model.optimizer_s + p.exposed_s;
+  p.step_s = (model.data_s + model.optimizer_s) * sharing + p.compute_s + p.exposed_s;
   p.samples_per_s = static_cast<double>(global_batch) / p.step_s;
   return p;
 }

@@ -3,7 +3,7 @@
 //
 // A step on N workers, with the global batch B split among them, is
 //
-//   step(N) = data + compute(B / N) + optimizer + exposed(N)
+//   step(N) = (data + compute(B / N) + optimizer) x sharing(N) + exposed(N)
 //   compute(b) = fixed + per_sample * b                 (fitted from probes)
 //   comm(N)    = sum over buckets of allreduce(bucket bytes, N)
 //   exposed(N) = max(comm(N) - overlap * backward(B / N), 0)
@@ -22,6 +22,7 @@
 // switch, full duplex), which the emulated-network validation checks.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ struct StepModel {
   std::vector<double> bucket_bytes;   // gradients per all-reduce, in order
   // The backend's choice per size: at or below this many bytes halving-doubling, above it ring.
   double halving_doubling_up_to = 0;
+  // Cores the workers share (0: every worker has cores of its own). Workers
+  // beyond them time-share, which stretches each one's compute, data and
+  // optimizer time by workers / cores: probes and emulated hosts on one
+  // machine do, a real cluster does not.
+  int shared_cores = 0;
+  double sharing(int workers) const {
+    return shared_cores > 0 ? std::max(1.0, static_cast<double>(workers) / shared_cores) : 1.0;
+  }
 };
 
 struct Prediction {

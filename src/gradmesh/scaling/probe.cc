@@ -103,9 +103,10 @@ double halving_doubling_limit(const std::vector<AllreduceSample>& samples) {
 }
 
 StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const LinkCost& link,
-                         const std::vector<double>& bucket_bytes, double hd_limit) {
+                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores) {
   GRADMESH_CHECK(!probes.empty(), "at least one probe");
   StepModel m;
+  m.shared_cores = shared_cores;
   m.link = link;
   m.bucket_bytes = bucket_bytes;
   m.halving_doubling_up_to = hd_limit;
@@ -113,10 +114,11 @@ StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const Link
   double backward = 0, compute = 0;
   for (const ProbeMeasurement& p : probes) {
     const auto share = static_cast<double>((p.global_batch + p.workers - 1) / p.workers);
-    points.emplace_back(share, p.compute_s());
+    const double sharing = m.sharing(p.workers);  // time-shared cores stretch every CPU phase
+    points.emplace_back(share, p.compute_s() / sharing);
     backward += p.backward_s, compute += p.compute_s();
-    m.data_s += p.data_s / static_cast<double>(probes.size());
-    m.optimizer_s += p.optimizer_s / static_cast<double>(probes.size());
+    m.data_s += p.data_s / sharing / static_cast<double>(probes.size());
+    m.optimizer_s += p.optimizer_s / sharing / static_cast<double>(probes.size());
   }
   m.compute = fit_compute(points);
   m.backward_share = compute > 0 ? backward / compute : 0;
@@ -129,7 +131,7 @@ StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const Link
     double comm = 0;
     for (double bytes : bucket_bytes)
       comm += allreduce_seconds(bytes <= hd_limit ? Algorithm::kHalvingDoubling : Algorithm::kRing, bytes, p.workers, link);
-    const double window = m.backward_share * p.compute_s();
+    const double window = m.backward_share * p.compute_s();  // as it ran, sharing included
     overlap += window > 0 ? std::clamp((comm - p.exposed_s) / window, 0.0, 1.0) : 0.0;
     ++several;
   }

@@ -44,7 +44,9 @@ double halving_doubling_limit(const std::vector<AllreduceSample>& samples);
 // overlap that makes the model's exposed communication match the probes
 // with several workers (0 when there is none). `link`, `buckets` and
 // `hd_limit` come from the communication probe or the user.
+// `shared_cores`: the cores the probes' workers shared (0: a core or more
+// each); each probe's times are divided by its sharing before the fit.
 StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const LinkCost& link,
-                         const std::vector<double>& bucket_bytes, double hd_limit);
+                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores = 0);
 
 }  // namespace gradmesh::scaling
