@@ -70,7 +70,7 @@ std::string left_behind(const std::string& err) {
   return out;
 }
 
-// Two emulated hosts at 1 gbit: the reference MLP's gradients (0.9 MB a
+// Two emulated hosts at 1 gbit: the reference MLP's gradients (2.7 MB a
 // step) cost more than a second worker saves, so two hosts are slower.
 TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBehind) {
   if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";

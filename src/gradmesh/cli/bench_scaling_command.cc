@@ -258,11 +258,16 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     study.probes.push_back(scaling::read_probe((run_dir / "metrics.jsonl").string(), n, batch, args.warmup));
   }
 
-  // The transport's all-reduce, at the sizes the buckets have, on 2 and on the most workers probed.
+  // The transport's all-reduce, at the sizes the buckets have, on every
+  // worker count probed (2 when only one was): gloo runs other algorithms
+  // on odd counts, and one alpha and beta are fitted over all of them.
   std::vector<scaling::AllreduceSample> samples;
   const double largest = *std::max_element(buckets.begin(), buckets.end());
-  for (int n : {2, std::max(2, workers.back())}) {
-    if (!samples.empty() && n == 2) continue;
+  std::vector<int> comm_counts;
+  for (int n : workers)
+    if (n >= 2) comm_counts.push_back(n);
+  if (comm_counts.empty()) comm_counts.push_back(2);
+  for (int n : comm_counts) {
     if (cluster && n > cluster->hosts()) break;
     std::fprintf(stderr, "probe: all-reduce on %d ranks (%s backend)\n", n, backend.c_str());
     const std::string log = run_on(n, {self, "bench", "comm", "--backend", backend, "--json", "--min-bytes", "4096",
