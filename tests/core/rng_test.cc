@@ -79,5 +79,36 @@ TEST(ThreadPool, ChunksCoverRangeExactlyOnce) {
   }
 }
 
+// Several threads calling one pool at once (a server's inference threads
+// sharing the compute pool) each get their whole range, chunked the same
+// way, and nothing hangs. Before, the second caller overwrote the first
+// one's job and both waited for ever.
+TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeRange) {
+  ThreadPool pool(3);
+  constexpr int kCallers = 4, kRounds = 200, kN = 999;
+  std::vector<std::vector<int>> hits(kCallers, std::vector<int>(kN, 0));
+  std::vector<std::vector<int>> chunk_of(kCallers, std::vector<int>(kN, -1));
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < kRounds; ++round)
+        pool.parallel_for(0, kN, 1, [&](int chunk, int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            ++hits[static_cast<size_t>(c)][static_cast<size_t>(i)];
+            chunk_of[static_cast<size_t>(c)][static_cast<size_t>(i)] = chunk;
+          }
+        });
+    });
+  for (std::thread& t : callers) t.join();
+  std::vector<int> alone(kN, -1);
+  pool.parallel_for(0, kN, 1, [&](int chunk, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) alone[static_cast<size_t>(i)] = chunk;
+  });
+  for (int c = 0; c < kCallers; ++c) {
+    for (int h : hits[static_cast<size_t>(c)]) ASSERT_EQ(h, kRounds);
+    EXPECT_EQ(chunk_of[static_cast<size_t>(c)], alone) << "the same split whoever ran it";
+  }
+}
+
 }  // namespace
 }  // namespace gradmesh

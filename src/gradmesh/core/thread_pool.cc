@@ -38,14 +38,29 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
     fn(0, begin, end);
     return;
   }
+  bool pool_busy = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    begin_ = begin;
-    end_ = end;
-    chunks_ = chunks;
-    pending_ = chunks - 1;
-    ++generation_;
+    pool_busy = job_ != nullptr;
+    if (!pool_busy) {
+      job_ = &fn;
+      begin_ = begin;
+      end_ = end;
+      chunks_ = chunks;
+      pending_ = chunks - 1;
+      ++generation_;
+    }
+  }
+  if (pool_busy) {
+    // Another thread's loop holds the workers (a server runs several
+    // batches at once): this one runs on its caller alone, chunk by chunk
+    // with the same split, so its results do not depend on which ran where.
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      int64_t lo, hi;
+      chunk_range(begin, end, chunks, chunk, lo, hi);
+      fn(chunk, lo, hi);
+    }
+    return;
   }
   wake_.notify_all();
   int64_t lo, hi;

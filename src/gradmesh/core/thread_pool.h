@@ -26,7 +26,9 @@ class ThreadPool {
 
   // Calls fn(chunk, lo, hi) for each chunk; chunk in [0, chunks). Ranges
   // smaller than `grain` elements per thread use fewer chunks.
-  // REQUIRES: not called from inside fn (no nesting).
+  // Several threads may call it at once: while one call has the workers,
+  // another runs all of its chunks on its own thread (the same split, so the
+  // same results). REQUIRES: not called from inside fn (no nesting).
   void parallel_for(int64_t begin, int64_t end, int64_t grain,
                     const std::function<void(int chunk, int64_t lo, int64_t hi)>& fn);
 
