@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <chrono>
+#include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -108,6 +111,25 @@ TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeRange) {
     for (int h : hits[static_cast<size_t>(c)]) ASSERT_EQ(h, kRounds);
     EXPECT_EQ(chunk_of[static_cast<size_t>(c)], alone) << "the same split whoever ran it";
   }
+}
+
+// A loop whose caller's chunk throws still hands the pool back: the next
+// loop runs on the workers again, not serialised on its caller.
+TEST(ThreadPool, AThrowingLoopHandsThePoolBack) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(0, 300, 1,
+                                 [&](int chunk, int64_t, int64_t) {
+                                   if (chunk == 0) throw std::runtime_error("chunk 0 failed");
+                                 }),
+               std::runtime_error);
+  std::mutex m;
+  std::set<std::thread::id> ran_on;
+  pool.parallel_for(0, 300, 1, [&](int, int64_t, int64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::lock_guard<std::mutex> lock(m);
+    ran_on.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ran_on.size(), 3u);
 }
 
 }  // namespace

@@ -53,6 +53,10 @@ TEST(CandidateLayouts, EveryMeshTrainingCanRunAndZeroOnlyOverDataParallelRanks) 
   EXPECT_EQ(names(candidate_layouts(mlp, 1)), (std::set<std::string>{"one process"}));
   EXPECT_EQ(names(candidate_layouts(gpt_config(), 4, parallel::MeshShape{2, 2, 1})),
             (std::set<std::string>{"dp=2 pp=2", "dp=2 pp=2 zero=1", "dp=2 pp=2 zero=2"}));
+  // A mesh asked for must be one training can run.
+  EXPECT_THROW(candidate_layouts(mlp, 4, parallel::MeshShape{2, 1, 2}), Error) << "the MLP does not split";
+  EXPECT_THROW(candidate_layouts(gpt_config(), 8, parallel::MeshShape{1, 8, 1}), Error) << "8 stages, 4 blocks";
+  EXPECT_THROW(candidate_layouts(gpt_config(), 3, parallel::MeshShape{1, 1, 3}), Error) << "4 heads, 3 shards";
 }
 
 TEST(CostLayout, ComputeCommunicationAndMemoryFollowTheFormulas) {

@@ -61,9 +61,23 @@ volatile std::sig_atomic_t g_interrupted = 0;
 extern "C" void on_interrupt(int signal) { g_interrupted = signal; }
 
 // Starts `argv` in a process group of its own, stdout and stderr into `log`.
+std::string signal_text(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+}
+
+void throw_if_interrupted() {
+  if (g_interrupted != 0)
+    throw_error(ErrorKind::kIo, "gradmesh bench scaling", "interrupted by " + signal_text(g_interrupted));
+}
+
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   std::fflush(stdout);
   std::fflush(stderr);
+  // Everything the child needs is built before fork: it only calls
+  // async-signal-safe functions until exec.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) throw_error(ErrorKind::kIo, "gradmesh bench scaling", "cannot start a probe (fork failed)");
   if (pid == 0) {
@@ -75,12 +89,10 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execv(args[0], args.data());
     ::_exit(127);
   }
+  ::setpgid(pid, pid);  // also here, so a signal to the group can never come before the child made it
   return pid;
 }
 
@@ -94,6 +106,7 @@ std::string log_tail(const std::string& log) {
 // and Error(kIo) names `what` with the failing command's last output.
 void run_together(const std::vector<std::vector<std::string>>& commands, const std::vector<std::string>& logs,
                   const std::string& what) {
+  throw_if_interrupted();
   std::vector<pid_t> pids;
   for (size_t i = 0; i < commands.size(); ++i) pids.push_back(spawn(commands[i], logs[i]));
   std::vector<bool> done(pids.size(), false);
@@ -103,7 +116,7 @@ void run_together(const std::vector<std::vector<std::string>>& commands, const s
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, 0);
     if (pid < 0 && errno == EINTR && g_interrupted != 0 && failure.empty()) {
-      failure = std::string("interrupted by ") + (g_interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+      failure = "interrupted by " + signal_text(g_interrupted);
       for (size_t i = 0; i < pids.size(); ++i)
         if (!done[i]) ::kill(-pids[i], SIGTERM);
       continue;
@@ -123,6 +136,7 @@ void run_together(const std::vector<std::vector<std::string>>& commands, const s
     }
   }
   if (!failure.empty()) throw_error(ErrorKind::kIo, what, failure);
+  throw_if_interrupted();  // a signal that came while no child was waited for
 }
 
 // "netns:K" -> K.
@@ -191,6 +205,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);
 
   // The emulated hosts, when asked for: every probe then runs one worker per host over gloo.
   std::unique_ptr<scaling::EmulatedCluster> cluster;
@@ -200,6 +215,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
       throw_error(ErrorKind::kUsage, "--workers",
                   std::to_string(workers.back()) + " workers need as many hosts; --hosts has " + std::to_string(hosts));
     cluster = std::make_unique<scaling::EmulatedCluster>(hosts, args.link_rate, dir.string());
+    throw_if_interrupted();
     std::fprintf(stderr, "emulated cluster: %d hosts (network namespaces %s .. %s), %s links (tc tbf), a Redis store on host 0\n",
                  hosts, cluster->namespaces().front().c_str(), cluster->namespaces().back().c_str(),
                  args.link_rate.c_str());

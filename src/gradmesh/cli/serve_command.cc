@@ -249,7 +249,14 @@ int run_serve(ServeArgs args) {
     server.stop();
   });
   server.run();
-  if (sharded) sharded->stop();
+  if (sharded) {
+    server.stop();  // generation has finished (it may still release cache slots) before the other ranks stop
+    try {
+      sharded->stop();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "stopping the other ranks failed: %s\n", e.what());
+    }
+  }
   const unsigned char quiet = 0;
   [[maybe_unused]] const ssize_t written = ::write(g_signal_pipe[1], &quiet, 1);
   waiter.join();

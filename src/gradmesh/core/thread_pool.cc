@@ -63,12 +63,19 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
     return;
   }
   wake_.notify_all();
+  // Even when the caller's chunk throws, the workers finish theirs (they
+  // still use `fn`) and the pool is handed back before the error leaves.
+  struct Release {
+    ThreadPool& pool;
+    ~Release() {
+      std::unique_lock<std::mutex> lock(pool.mutex_);
+      pool.done_.wait(lock, [this] { return pool.pending_ == 0; });
+      pool.job_ = nullptr;
+    }
+  } release{*this};
   int64_t lo, hi;
   chunk_range(begin, end, chunks, 0, lo, hi);
   fn(0, lo, hi);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {

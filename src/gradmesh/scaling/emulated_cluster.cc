@@ -93,6 +93,10 @@ void EmulatedCluster::remove() {
   if (pid_in >> pid && pid > 1) shell("kill " + std::to_string(pid));
   for (const std::string& ns : namespaces_) shell("ip netns del " + ns);
   if (!switch_ns_.empty()) shell("ip netns del " + switch_ns_);
+  // A link whose ends had not moved into their namespaces yet (a failed set-up) lives in this one.
+  const std::string id = std::to_string(::getpid());
+  for (size_t i = 0; i < namespaces_.size(); ++i)
+    shell("ip link del gh" + id + "x" + std::to_string(i) + " 2>/dev/null");
 }
 
 std::string EmulatedCluster::address(int host) const { return "10.234.0." + std::to_string(host + 1); }

@@ -27,7 +27,19 @@ std::vector<Layout> candidate_layouts(const train::Config& config, int workers,
   const bool gpt = config.model.kind == "gpt";
   std::vector<parallel::MeshShape> meshes;
   if (only) {
-    meshes.push_back(*only);
+    const parallel::MeshShape& m = *only;
+    auto refuse = [&](const std::string& why) {
+      throw_error(ErrorKind::kUsage, "--mesh dp=" + std::to_string(m.dp) + ",pp=" + std::to_string(m.pp) +
+                                         ",tp=" + std::to_string(m.tp),
+                  why);
+    };
+    if ((m.pp > 1 || m.tp > 1) && !gpt) refuse("only the GPT splits its layers (model.kind = \"" + config.model.kind + "\")");
+    if (m.pp > config.model.n_layer)
+      refuse(std::to_string(m.pp) + " stages need at least as many blocks, model.n_layer = " +
+             std::to_string(config.model.n_layer));
+    if (m.tp > 1 && config.model.n_head % m.tp != 0)
+      refuse(std::to_string(config.model.n_head) + " heads do not divide among " + std::to_string(m.tp) + " shards");
+    meshes.push_back(m);
   } else {
     for (int pp = 1; pp <= workers; ++pp) {
       if (workers % pp != 0 || (pp > 1 && (!gpt || pp > config.model.n_layer))) continue;

@@ -182,8 +182,14 @@ void GenerationScheduler::loop() {
       }
     }
     if (!batch.empty()) step(batch);
-    for (auto& s : running_)
-      if (s->done && s->slot >= 0) model_.release(s->slot);
+    for (auto& s : running_) {
+      if (!s->done || s->slot < 0) continue;
+      try {
+        model_.release(s->slot);
+      } catch (const std::exception&) {
+        // A split model that stopped or lost a rank: its caches went with it.
+      }
+    }
     running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->done; });
     std::lock_guard<std::mutex> lock(mutex_);
     running_count_ = static_cast<int64_t>(running_.size());

@@ -146,7 +146,9 @@ Tensor ShardedGpt::issue(const Command& c) {
     // Posted before the next command can be issued, so results come back
     // to their callers in issue order; waited for outside the lock.
     result = Tensor::empty({c.n, spec_.vocab_size});
-    back = groups_.up->recv(result, groups_.pp - 1, 0);
+    comm::CollectiveOptions queued;
+    queued.background = true;  // on the group's thread even when small: never inline, holding the lock
+    back = groups_.up->recv(result, groups_.pp - 1, 0, queued);
   }
   for (auto& w : sends) w->wait_or_throw();
   lock.unlock();
@@ -204,7 +206,9 @@ Tensor ShardedGpt::execute(const Command& c) {
     out = part_.decode_stage(input, caches_at(part_, caches_, slots, positions));
   }
   if (!last) {
-    groups_.down->send(out, stage_ + 1, 0)->wait_or_throw();
+    comm::CollectiveOptions queued;
+    queued.background = true;
+    groups_.down->send(out, stage_ + 1, 0, queued)->wait_or_throw();
     return {};
   }
   Tensor local = out;
