@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/run_command.h"
+#include "comm/redis_server.h"
 #include "elastic/launcher_process.h"
 #include "support/two_hosts.h"
 
@@ -73,7 +74,9 @@ std::string left_behind(const std::string& err) {
 // Two emulated hosts at 1 gbit: the reference MLP's gradients (2.7 MB a
 // step) cost more than a second worker saves, so two hosts are slower.
 TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBehind) {
-  if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
+  if (!redis_server_installed()) GTEST_SKIP() << redis_missing_message();
+  std::string why;
+  if (!TwoHosts("bs").create(&why)) GTEST_SKIP() << "cannot create network namespaces here: " << why;
   const CommandResult r =
       run_gradmesh(kProbe + " --workers 1,2 --hosts netns:2 --link-rate 1gbit --json study.json", dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -89,7 +92,9 @@ TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBeh
 
 // Ctrl-C while a probe runs: the probes stop and the namespaces go.
 TEST_F(BenchScaling, AnInterruptedStudyStillRemovesItsHosts) {
-  if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
+  if (!redis_server_installed()) GTEST_SKIP() << redis_missing_message();
+  std::string why;
+  if (!TwoHosts("bs").create(&why)) GTEST_SKIP() << "cannot create network namespaces here: " << why;
   LauncherProcess study({"bench", "scaling", GRADMESH_SOURCE_DIR "/examples/mlp.toml", "--set", "data.limit_train=60000",
                          "--set", "train.threads=1", "--steps", "100000", "--warmup", "0", "--workers", "1,2",
                          "--hosts", "netns:2"},

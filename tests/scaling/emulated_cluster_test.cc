@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "gradmesh/core/error.h"
+#include "comm/redis_server.h"
 #include "support/temp_dir.h"
+#include "support/two_hosts.h"
 
 namespace gradmesh::scaling {
 namespace {
@@ -19,8 +21,9 @@ bool namespace_exists(const std::string& name) {
 }
 
 TEST(EmulatedCluster, HostsReachEachOtherThroughLimitedLinksAndAreRemovedAfterwards) {
-  if (::geteuid() != 0) GTEST_SKIP() << "emulated hosts need root (network namespaces)";
-  if (shell("ip -V") != 0) GTEST_SKIP() << "iproute2 is not installed";
+  if (!testing::redis_server_installed()) GTEST_SKIP() << testing::redis_missing_message();
+  std::string why;
+  if (!testing::TwoHosts("ec").create(&why)) GTEST_SKIP() << "cannot create network namespaces here: " << why;
   testing::TempDir dir;
   std::vector<std::string> names;
   {
