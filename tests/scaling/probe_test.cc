@@ -84,6 +84,26 @@ TEST(ReadCommSamples, TakesBenchCommsObjectsAndSkipsOtherLines) {
   EXPECT_THROW(read_comm_samples(R"({"op":"allreduce","ranks":1,"bytes":4096,"time_us":5})", "x"), Error);
 }
 
+// What probes at `counts` workers would measure if `truth` were exact:
+// backward its share of compute, optimizer time stretched by time-sharing.
+std::vector<ProbeMeasurement> probes_of(const StepModel& truth, int64_t batch, const std::vector<int>& counts) {
+  std::vector<ProbeMeasurement> probes;
+  for (int n : counts) {
+    const Prediction q = predict(truth, batch, n);
+    ProbeMeasurement p;
+    p.workers = n;
+    p.global_batch = batch;
+    p.steps = 10;
+    p.forward_s = q.compute_s * (1 - truth.backward_share);
+    p.backward_s = q.compute_s * truth.backward_share;
+    p.optimizer_s = truth.optimizer_s * truth.sharing(n);
+    p.exposed_s = q.exposed_s;
+    p.step_s = q.step_s;
+    probes.push_back(p);
+  }
+  return probes;
+}
+
 TEST(FitStepModel, RecoversComputeAndOverlapFromSyntheticProbes) {
   const LinkCost link = link_of(10e9, 20e-6);
   const std::vector<double> buckets = {4e6, 1e6};
@@ -93,19 +113,7 @@ TEST(FitStepModel, RecoversComputeAndOverlapFromSyntheticProbes) {
   truth.overlap = 0.4;
   truth.link = link;
   truth.bucket_bytes = buckets;
-  std::vector<ProbeMeasurement> probes;
-  for (int n : {1, 2, 4}) {
-    const Prediction q = predict(truth, 256, n);
-    ProbeMeasurement p;
-    p.workers = n;
-    p.global_batch = 256;
-    p.steps = 20;
-    p.forward_s = q.compute_s * 0.4;
-    p.backward_s = q.compute_s * 0.6;
-    p.exposed_s = q.exposed_s;
-    p.step_s = q.step_s;
-    probes.push_back(p);
-  }
+  const std::vector<ProbeMeasurement> probes = probes_of(truth, 256, {1, 2, 4});
   const StepModel m = fit_step_model(probes, link, buckets, 0);
   EXPECT_NEAR(m.compute.fixed_s, 1e-3, 1e-9);
   EXPECT_NEAR(m.compute.per_sample_s, 50e-6, 1e-12);
@@ -125,19 +133,7 @@ TEST(FitStepModel, TakesTimeSharingOutOfProbesOnFewerCores) {
   truth.link = link;
   truth.bucket_bytes = {1e6};
   truth.shared_cores = 2;
-  std::vector<ProbeMeasurement> probes;
-  for (int n : {1, 2, 4}) {
-    const Prediction q = predict(truth, 128, n);
-    ProbeMeasurement p;
-    p.workers = n;
-    p.global_batch = 128;
-    p.steps = 10;
-    p.forward_s = p.backward_s = q.compute_s / 2;
-    p.optimizer_s = truth.optimizer_s * truth.sharing(n);
-    p.exposed_s = q.exposed_s;
-    p.step_s = q.step_s;
-    probes.push_back(p);
-  }
+  const std::vector<ProbeMeasurement> probes = probes_of(truth, 128, {1, 2, 4});
   EXPECT_DOUBLE_EQ(predict(truth, 128, 4).compute_s, 2 * (1e-3 + 32 * 50e-6)) << "4 workers on 2 cores";
   const StepModel m = fit_step_model(probes, link, {1e6}, 0, 2);
   EXPECT_NEAR(m.compute.fixed_s, 1e-3, 1e-9);

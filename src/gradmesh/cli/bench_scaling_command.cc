@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gradmesh/checkpoint/checkpoint_io.h"
 #include "gradmesh/cli/self_executable.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/parallel/gradient_reducer.h"
@@ -48,13 +49,6 @@ std::vector<int> parse_workers(const std::string& text) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -97,7 +91,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
 }
 
 std::string log_tail(const std::string& log) {
-  std::string tail = read_text(log);
+  std::string tail = checkpoint::read_file_bytes(log);
   return tail.size() > 2000 ? "..." + tail.substr(tail.size() - 2000) : tail;
 }
 
@@ -159,12 +153,6 @@ std::vector<double> gradient_buckets(const train::Config& config) {
   for (const parallel::Bucket& b : parallel::plan_buckets(model->parameters(), o.first_bucket_bytes, o.bucket_bytes))
     out.push_back(static_cast<double>(b.numel) * element);
   return out;
-}
-
-std::string link_text(const scaling::LinkCost& l) {
-  char buf[128];
-  std::snprintf(buf, sizeof(buf), "latency %.1f us, %.2f Gbit/s", l.alpha_s * 1e6, 8.0 / l.beta_s_per_byte / 1e9);
-  return buf;
 }
 
 }  // namespace
@@ -289,7 +277,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
     const std::string log = run_on(n, {self, "bench", "comm", "--backend", backend, "--json", "--min-bytes", "4096",
                                        "--max-bytes", std::to_string(static_cast<int64_t>(std::max(largest, 65536.0)))},
                                    "comm-" + std::to_string(n), "the all-reduce probe on " + std::to_string(n) + " ranks");
-    for (const scaling::AllreduceSample& s : scaling::read_comm_samples(read_text(log), log)) samples.push_back(s);
+    for (const scaling::AllreduceSample& s : scaling::read_comm_samples(checkpoint::read_file_bytes(log), log)) samples.push_back(s);
   }
   if (samples.size() < 2)
     throw_error(ErrorKind::kUsage, "--hosts", "the link is fitted from all-reduces on 2 or more hosts: emulate at least 2");
@@ -299,8 +287,8 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   // takes the time-sharing out, and `here` puts it back for the probes.
   study.here = scaling::fit_step_model(study.probes, measured, buckets, hd, static_cast<int>(cores));
   study.here_link = cluster ? "gloo between " + std::to_string(cluster->hosts()) + " emulated hosts on " + args.link_rate +
-                                  " links, fitted: " + link_text(measured)
-                            : backend + " on this machine, fitted: " + link_text(measured);
+                                  " links, fitted: " + scaling::describe_link(measured)
+                            : backend + " on this machine, fitted: " + scaling::describe_link(measured);
   // The curve is for workers with cores of their own, each as fast as one here.
   study.target = study.here;
   study.target.shared_cores = 0;

@@ -27,10 +27,7 @@ int run_generate(const GenerateArgs& args) {
   geometry.vocab_size = vocab.vocab_size;
   const nn::GptSpec spec = train::gpt_spec(config.model, geometry);
   nn::Model model(nn::build_gpt(spec), config.train.seed);
-  checkpoint::SafetensorsFile file = read_model_weights_at(args.checkpoint).file;
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& t : file.tensors) tensors.emplace_back(t.name, t.tensor);
-  model.load_parameters(tensors, args.checkpoint);
+  load_weights_at(args.checkpoint, model);
 
   std::vector<int64_t> prompt;
   for (uint16_t t : data::encode_text(vocab, args.prompt, "--prompt")) prompt.push_back(t);

@@ -47,4 +47,12 @@ ModelWeights read_model_weights_at(const std::string& path) {
   return w;
 }
 
+std::string load_weights_at(const std::string& path, nn::Model& model, bool others_allowed) {
+  ModelWeights weights = read_model_weights_at(path);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& t : weights.file.tensors) tensors.emplace_back(t.name, t.tensor);
+  model.load_parameters(tensors, path, others_allowed);
+  return weights.version;
+}
+
 }  // namespace gradmesh::cli

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gradmesh/checkpoint/safetensors.h"
+#include "gradmesh/nn/model.h"
 
 namespace gradmesh::cli {
 
@@ -24,5 +25,9 @@ struct ModelWeights {
 // The weights at `path` (any of the forms above). Error(kIo) when it does
 // not exist; the loaders' errors (kFormat naming the file) otherwise.
 ModelWeights read_model_weights_at(const std::string& path);
+
+// Loads the weights at `path` into `model` (nn::Model::load_parameters;
+// `others_allowed`: a pipeline stage takes its part) and returns their version.
+std::string load_weights_at(const std::string& path, nn::Model& model, bool others_allowed = false);
 
 }  // namespace gradmesh::cli

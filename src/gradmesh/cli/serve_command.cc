@@ -95,11 +95,8 @@ std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, co
   const auto [name, path] = name_and_path(arg);
   ModelSetup m = model_setup(path, config_override);
   std::unique_ptr<nn::Model> model = train::build_model(m.config.model, m.geometry, m.config.train.seed);
-  ModelWeights weights = read_model_weights_at(path);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& t : weights.file.tensors) tensors.emplace_back(t.name, t.tensor);
-  model->load_parameters(tensors, path);
-  auto served = std::make_shared<serve::ServedModel>(name, weights.version, m.shape, std::move(model));
+  const std::string version = load_weights_at(path, *model);
+  auto served = std::make_shared<serve::ServedModel>(name, version, m.shape, std::move(model));
   set_codec(*served, m.vocab);
   return served;
 }

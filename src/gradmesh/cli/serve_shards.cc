@@ -90,13 +90,9 @@ ShardedPart load_sharded_part(const std::shared_ptr<comm::ProcessGroup>& world, 
       stage = nn::GptStage{index, mesh.pp, blocks[static_cast<size_t>(index)].begin, blocks[static_cast<size_t>(index)].end};
     }
     out.part = train::build_model(config.model, geometry, config.train.seed, nn::ParameterInit::kNow, split, stage);
-    ModelWeights weights = read_model_weights_at(path);
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (auto& t : weights.file.tensors) tensors.emplace_back(t.name, t.tensor);
     // A stage takes its parameters of the whole model; a shard its pieces of them.
-    out.part->load_parameters(tensors, path, /*others_allowed=*/mesh.pp > 1);
+    out.version = load_weights_at(path, *out.part, /*others_allowed=*/mesh.pp > 1);
     out.part->set_training(false);
-    out.version = weights.version;
   }, "loading the sharded model");
   out.sharded = std::make_shared<serve::ShardedGpt>(static_cast<nn::Gpt&>(out.part->root()), sg);
   return out;

@@ -423,6 +423,16 @@ Tensor Gpt::decode_stage(const Tensor& input, const std::vector<KvCache*>& cache
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec) { return std::make_unique<Gpt>(spec); }
 
+Tensor last_positions(const Tensor& out, int64_t rows, int64_t t) {
+  const int64_t width = out.dim(1);
+  GRADMESH_CHECK(out.dim(0) == rows * t, "rows x T positions");
+  Tensor last = Tensor::empty({rows, width});
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(last.data() + i * width, out.data() + ((i + 1) * t - 1) * width,
+                static_cast<size_t>(width) * sizeof(float));
+  return last;
+}
+
 int64_t gpt_parameter_count(const GptSpec& s, int tensor_parallel) {
   const int64_t c = s.n_embd, tp = std::max(tensor_parallel, 1);
   // The largest rank's share: split pieces rounded up, replicated parameters whole.

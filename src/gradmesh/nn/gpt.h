@@ -125,6 +125,10 @@ class Gpt : public Module {
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec);
 
+// Each row's last position of a forward pass's output: out [rows * T, width]
+// (logits, or one shard's columns of them) -> [rows, width].
+Tensor last_positions(const Tensor& out, int64_t rows, int64_t t);
+
 // Parameters of a GPT of this spec (the tied head counted once); with
 // `tensor_parallel` > 1, those of the rank holding the most (split layers
 // divided, the rest whole); of spec.stage's blocks and ends only (a tied

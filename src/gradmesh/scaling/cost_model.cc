@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "gradmesh/core/error.h"
 
@@ -28,6 +29,22 @@ const char* algorithm_name(Algorithm a) { return a == Algorithm::kRing ? "ring" 
 LinkCost link_of(double bits_per_second, double latency_s) {
   GRADMESH_CHECK(bits_per_second > 0 && latency_s >= 0, "a link's rate and latency");
   return {latency_s, 8.0 / bits_per_second};
+}
+
+std::string describe_link(const LinkCost& l) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "alpha %.1f us, %.2f Gbit/s", l.alpha_s * 1e6,
+                8.0 / std::max(l.beta_s_per_byte, 1e-30) / 1e9);
+  return buf;
+}
+
+double communication_seconds(const StepModel& model, int workers) {
+  double seconds = 0;
+  for (double bytes : model.bucket_bytes) {
+    const Algorithm a = bytes <= model.halving_doubling_up_to ? Algorithm::kHalvingDoubling : Algorithm::kRing;
+    seconds += allreduce_seconds(a, bytes, workers, model.link);
+  }
+  return seconds;
 }
 
 double allreduce_seconds(Algorithm algorithm, double bytes, int ranks, const LinkCost& link) {
@@ -84,10 +101,7 @@ Prediction predict(const StepModel& model, int64_t global_batch, int workers) {
   const auto share = static_cast<double>((global_batch + workers - 1) / workers);
   const double sharing = model.sharing(workers);
   p.compute_s = (model.compute.fixed_s + model.compute.per_sample_s * share) * sharing;
-  for (double bytes : model.bucket_bytes) {
-    const Algorithm a = bytes <= model.halving_doubling_up_to ? Algorithm::kHalvingDoubling : Algorithm::kRing;
-    p.comm_s += allreduce_seconds(a, bytes, workers, model.link);
-  }
+  p.comm_s = communication_seconds(model, workers);
   const double hidden = std::clamp(model.overlap, 0.0, 1.0) * model.backward_share * p.compute_s;
   p.exposed_s = std::max(p.comm_s - hidden, 0.0);
   p.step_s = (model.data_s + model.optimizer_s) * sharing + p.compute_s + p.exposed_s;

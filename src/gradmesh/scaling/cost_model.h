@@ -41,6 +41,9 @@ struct LinkCost {
 // `latency_s`: alpha = latency, beta = 8 / rate.
 LinkCost link_of(double bits_per_second, double latency_s);
 
+// "alpha 12.7 us, 1.05 Gbit/s"
+std::string describe_link(const LinkCost& link);
+
 // The alpha-beta time of one all-reduce of `bytes` on `ranks` ranks (0 on one rank).
 double allreduce_seconds(Algorithm algorithm, double bytes, int ranks, const LinkCost& link);
 
@@ -89,6 +92,10 @@ struct StepModel {
     return shared_cores > 0 ? std::max(1.0, static_cast<double>(workers) / shared_cores) : 1.0;
   }
 };
+
+// One step's all-reduces of every gradient bucket on `workers` workers, each
+// by the algorithm the backend runs for its size.
+double communication_seconds(const StepModel& model, int workers);
 
 struct Prediction {
   int workers = 1;

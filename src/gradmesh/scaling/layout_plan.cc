@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "gradmesh/core/error.h"
 
@@ -104,26 +103,6 @@ std::optional<size_t> best_layout(const std::vector<LayoutCost>& costs) {
   for (size_t i = 0; i < costs.size(); ++i)
     if (costs[i].fits && (!best || costs[i].samples_per_s > costs[*best].samples_per_s)) best = i;
   return best;
-}
-
-int64_t parse_memory_size(const std::string& text) {
-  struct Unit {
-    const char* suffix;
-    double factor;
-  };
-  // Longest suffixes first.
-  for (const Unit& u : {Unit{"GiB", 1024.0 * 1024 * 1024}, Unit{"MiB", 1024.0 * 1024}, Unit{"KiB", 1024.0},
-                        Unit{"GB", 1e9}, Unit{"MB", 1e6}, Unit{"KB", 1e3}}) {
-    const std::string s(u.suffix);
-    if (text.size() <= s.size() || text.compare(text.size() - s.size(), s.size(), s) != 0) continue;
-    const std::string number = text.substr(0, text.size() - s.size());
-    char* end = nullptr;
-    const double v = std::strtod(number.c_str(), &end);
-    if (end == number.c_str() + number.size() && std::isfinite(v) && v > 0 && v * u.factor < 9e18)
-      return static_cast<int64_t>(v * u.factor);
-    break;
-  }
-  throw_error(ErrorKind::kUsage, "--memory-limit '" + text + "'", "expected a size such as 16GiB, 512MiB or 1.5GB");
 }
 
 }  // namespace gradmesh::scaling

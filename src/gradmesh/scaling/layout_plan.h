@@ -65,7 +65,4 @@ LayoutCost cost_layout(const train::Config& config, const train::InputGeometry& 
 // The fastest layout that fits, or nullopt when none does.
 std::optional<size_t> best_layout(const std::vector<LayoutCost>& costs);
 
-// "16GiB", "512MiB", "1.5GB" -> bytes. Error(kUsage) naming --memory-limit otherwise.
-int64_t parse_memory_size(const std::string& text);
-
 }  // namespace gradmesh::scaling

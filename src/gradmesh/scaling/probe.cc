@@ -128,9 +128,7 @@ StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const Link
   int several = 0;
   for (const ProbeMeasurement& p : probes) {
     if (p.workers < 2) continue;
-    double comm = 0;
-    for (double bytes : bucket_bytes)
-      comm += allreduce_seconds(bytes <= hd_limit ? Algorithm::kHalvingDoubling : Algorithm::kRing, bytes, p.workers, link);
+    const double comm = communication_seconds(m, p.workers);
     const double window = m.backward_share * p.compute_s();  // as it ran, sharing included
     overlap += window > 0 ? std::clamp((comm - p.exposed_s) / window, 0.0, 1.0) : 0.0;
     ++several;

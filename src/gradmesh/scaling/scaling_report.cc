@@ -26,11 +26,6 @@ std::vector<int> shown(const ScalingCurve& c) {
   return out;
 }
 
-std::string link_text(const LinkCost& l) {
-  return "alpha " + fixed(l.alpha_s * 1e6, 1) + " us, " + fixed(8.0 / std::max(l.beta_s_per_byte, 1e-30) / 1e9, 2) +
-         " Gbit/s";
-}
-
 }  // namespace
 
 std::string scaling_table(const ScalingStudy& s) {
@@ -48,7 +43,7 @@ std::string scaling_table(const ScalingStudy& s) {
          fixed(s.here.compute.per_sample_s * 1e6, 2) + " us per sample; backward " +
          fixed(s.here.backward_share * 100, 0) + "% of it, of which " + fixed(s.here.overlap * 100, 0) +
          "% hides communication; " + std::to_string(s.here.bucket_bytes.size()) + " gradient buckets; link " +
-         link_text(s.here.link) + "\n\n";
+         describe_link(s.here.link) + "\n\n";
   out += "predicted on " + s.target_link + ":\n\n";
   out += "| workers | step (ms) | exposed comm (ms) | samples/s | speedup | efficiency |\n|---|---|---|---|---|---|\n";
   for (int n : shown(s.curve)) {

@@ -40,4 +40,12 @@ double parse_latency(const std::string& text, const std::string& what) {
   return v;
 }
 
+int64_t parse_memory_size(const std::string& text) {
+  const double v = scaled(text, {{"GiB", 1024.0 * 1024 * 1024}, {"MiB", 1024.0 * 1024}, {"KiB", 1024.0},
+                                 {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}});
+  if (!(v >= 1) || v > 9e18)
+    throw_error(ErrorKind::kUsage, "--memory-limit '" + text + "'", "expected a size such as 16GiB, 512MiB or 1.5GB");
+  return static_cast<int64_t>(v);
+}
+
 }  // namespace gradmesh::scaling

@@ -3,6 +3,7 @@
 // "50us", "1ms", "0.2ms", "1s".
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gradmesh::scaling {
@@ -12,5 +13,8 @@ namespace gradmesh::scaling {
 double parse_rate(const std::string& text, const std::string& what);
 // Seconds (>= 0). Error(kUsage) naming `what` for anything else.
 double parse_latency(const std::string& text, const std::string& what);
+// "16GiB", "512MiB", "64KiB", "1.5GB", "500MB", "64KB" -> bytes (> 0).
+// Error(kUsage) naming --memory-limit otherwise.
+int64_t parse_memory_size(const std::string& text);
 
 }  // namespace gradmesh::scaling

@@ -97,12 +97,7 @@ Tensor ServedModel::forward(const Tensor& rows) const {
   autograd::NoGradGuard no_grad;
   const Tensor out = model_->forward(autograd::Variable(rows)).value();
   if (shape_.kind != "gpt") return out;
-  // [n * T, vocab]: each row's last position.
-  const int64_t n = rows.dim(0), t = rows.dim(1), v = shape_.classes;
-  Tensor last = Tensor::empty({n, v});
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(last.data() + i * v, out.data() + ((i + 1) * t - 1) * v, static_cast<size_t>(v) * sizeof(float));
-  return last;
+  return nn::last_positions(out, rows.dim(0), rows.dim(1));
 }
 
 void ServedModel::check_outputs(const std::vector<std::string>& wanted) const {

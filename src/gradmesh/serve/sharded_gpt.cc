@@ -120,8 +120,6 @@ void ShardedGpt::stop() {
   std::lock_guard<std::mutex> lock(issue_mutex_);
   if (stopped_) return;
   stopped_ = true;
-  Command c;
-  c.op = kStop;
   const Tensor header = pack({kStop, 0, 0, 0});
   std::vector<std::shared_ptr<comm::Work>> sends;
   for (int r = 1; r < world_; ++r) sends.push_back(groups_.control->send(header, r, 0));
@@ -211,14 +209,7 @@ Tensor ShardedGpt::execute(const Command& c) {
     groups_.down->send(out, stage_ + 1, 0, queued)->wait_or_throw();
     return {};
   }
-  Tensor local = out;
-  if (c.op == kForward) {  // [n * T, columns]: each row's last position
-    const int64_t cols = out.dim(1);
-    local = Tensor::empty({n, cols});
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(local.data() + i * cols, out.data() + ((i + 1) * t - 1) * cols, static_cast<size_t>(cols) * sizeof(float));
-  }
-  Tensor logits = whole_logits(local);
+  Tensor logits = whole_logits(c.op == kForward ? nn::last_positions(out, n, t) : out);
   if (groups_.pp > 1 && shard_ == 0) groups_.up->send(logits, 0, 0)->wait_or_throw();
   return logits;
 }
