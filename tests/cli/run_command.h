@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/temp_dir.h"
 
@@ -34,6 +36,17 @@ inline CommandResult run_shell(const std::string& command, const std::string& wo
 // `args` is appended to the binary path as-is (the caller quotes).
 inline CommandResult run_gradmesh(const std::string& args, const std::string& workdir) {
   return run_shell("'" GRADMESH_BINARY "' " + args, workdir);
+}
+
+// Each (flags, message): `command flags` exits 2 and its stderr holds the message.
+inline void expect_usage_errors(const std::string& command,
+                                const std::vector<std::pair<std::string, std::string>>& cases,
+                                const std::string& workdir) {
+  for (const auto& [flags, message] : cases) {
+    const CommandResult r = run_gradmesh(command + " " + flags, workdir);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\n" << r.err;
+  }
 }
 
 inline const char* kDataDir = "/usr/share/datasets/fashion-mnist";
