@@ -20,6 +20,7 @@ enum class RngPurpose : uint32_t {
   kTest = 4,     // random inputs in tests and benchmarks
   kWindow = 5,   // where language-model training windows start; step = epoch, index = sample
   kSampling = 6, // next-token sampling in generation; step = seed stream, index = position
+  kPowerSgd = 7, // PowerSGD's initial Q; step = matrix index, index = element
 };
 
 using PhiloxBlock = std::array<uint32_t, 4>;

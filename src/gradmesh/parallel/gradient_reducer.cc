@@ -51,9 +51,10 @@ GradientReducer::GradientReducer(nn::Model& model, std::shared_ptr<comm::Process
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (options_.bf16) wire_[b] = Tensor::empty({buckets_[b].numel}, DType::kBF16);
   next_launch_ = buckets_.size();  // nothing to launch until begin_step()
+  if (options_.powersgd) compressor_ = std::make_unique<PowerSgdCompressor>(model_.parameters(), *options_.powersgd);
 }
 
-autograd::GradReadyHook GradientReducer::begin_step() {
+autograd::GradReadyHook GradientReducer::begin_step(int64_t step) {
   if (next_launch_ < buckets_.size())
     throw_error(ErrorKind::kInternal, "GradientReducer::begin_step", "the previous step was not finished");
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -64,6 +65,7 @@ autograd::GradReadyHook GradientReducer::begin_step() {
   next_launch_ = 0;
   step_loss_set_ = false;
   step_finite_ = true;
+  compressing_ = compressor_ && step >= options_.powersgd_start_step;
   return [this](int param) { on_grad_ready(param); };
 }
 
@@ -74,7 +76,8 @@ void GradientReducer::set_step_loss(double loss) {
 
 void GradientReducer::on_grad_ready(int param) {
   const int b = bucket_of_param_.at(static_cast<size_t>(param));
-  if (--missing_[static_cast<size_t>(b)] == 0 && options_.overlap) launch_in_order();
+  // PowerSGD needs every gradient at once (its factors span the model): it runs in finish_step().
+  if (--missing_[static_cast<size_t>(b)] == 0 && options_.overlap && !compressing_) launch_in_order();
 }
 
 void GradientReducer::launch_in_order() {
@@ -115,6 +118,10 @@ double GradientReducer::finish_step() {
   // Parameters that got no gradient event (a rank with an empty slice runs
   // no backward at all) have zero gradients set by the caller; launch them.
   for (int& m : missing_) m = 0;
+  if (compressing_) {
+    reduce_compressed();
+    return now_seconds() - start;
+  }
   launch_in_order();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     comm::Work& work = *work_[b];
@@ -130,6 +137,24 @@ double GradientReducer::finish_step() {
   step_finite_ = buckets_.empty() ? agree_on_finite_loss_without_buckets()
                                   : std::isfinite(model_.flat_grads().data()[buckets_[0].offset]);
   return now_seconds() - start;
+}
+
+void GradientReducer::reduce_compressed() {
+  GRADMESH_CHECK(step_loss_set_, "GradientReducer::set_step_loss must come before finish_step");
+  next_launch_ = buckets_.size();
+  // This rank's loss verdict rides with the exact part of the reduction (see the header).
+  const float verdict = std::isfinite(step_loss_) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  const float summed = compressor_->reduce(model_.flat_grads().data(), verdict, *group_, options_.timeout);
+  step_finite_ = std::isfinite(summed);
+  spans_.clear();
+  for (const PowerSgdSpan& s : compressor_->last_spans()) {
+    BucketSpan span;
+    span.bucket = static_cast<int>(spans_.size());
+    span.bytes = s.bytes;
+    span.launch_s = span.start_s = s.start_s;
+    span.end_s = s.end_s;
+    spans_.push_back(span);
+  }
 }
 
 // A model without parameters has no bucket to carry the verdict.

@@ -37,6 +37,7 @@
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/nn/model.h"
+#include "gradmesh/parallel/powersgd.h"
 
 namespace gradmesh::parallel {
 
@@ -46,6 +47,11 @@ struct ReducerOptions {
   bool bf16 = false;    // send BF16 (summed in float32 by the backends), widen back after
   bool overlap = true;  // false: launch every bucket only in finish(), after backward
   std::optional<comm::Millis> timeout;  // each bucket's all-reduce; empty: the group's timeout
+  // PowerSGD from step powersgd_start_step on (exact buckets before it, as
+  // PyTorch's start_powerSGD_iter): the gradients travel as low-rank factors
+  // after backward, in two all-reduces (powersgd.h). Empty: exact every step.
+  std::optional<PowerSgdOptions> powersgd;
+  int64_t powersgd_start_step = 0;
 };
 
 // A run of parameters [first_param, end_param) = flat elements [offset, offset + numel).
@@ -73,9 +79,10 @@ class GradientReducer {
   // REQUIRES: `model` and `group` outlive the reducer; the same model layout on every rank.
   GradientReducer(nn::Model& model, std::shared_ptr<comm::ProcessGroup> group, ReducerOptions options);
 
-  // Starts a step's reduction: the returned hook goes to Model::backward on
+  // Starts the reduction of optimizer step `step` (which decides whether
+  // PowerSGD compresses it): the returned hook goes to Model::backward on
   // the step's last micro-batch (earlier micro-batches only accumulate).
-  autograd::GradReadyHook begin_step();
+  autograd::GradReadyHook begin_step(int64_t step = 0);
   // This rank's loss of the step (summed over its micro-batches; 0 for a rank
   // with no samples). REQUIRES: after begin_step() and before the backward
   // that gets the hook, or before finish_step() when this rank runs no
@@ -98,11 +105,14 @@ class GradientReducer {
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<BucketSpan>& last_spans() const { return spans_; }
+  // Null without parallel.compression = "powersgd"; its state is checkpointed.
+  PowerSgdCompressor* powersgd() { return compressor_.get(); }
 
  private:
   void on_grad_ready(int param);
   void launch_in_order();
   void launch(size_t bucket);
+  void reduce_compressed();
   bool agree_on_finite_loss_without_buckets();
   // Waits for `work` (options_.timeout, else until the group fails it); Error(kTimeout) saying `what_expired`.
   void wait_for(comm::Work& work, const std::string& what_expired) const;
@@ -120,6 +130,8 @@ class GradientReducer {
   double step_loss_ = 0;
   bool step_loss_set_ = false;
   bool step_finite_ = true;
+  std::unique_ptr<PowerSgdCompressor> compressor_;
+  bool compressing_ = false;  // this step goes through compressor_
 };
 
 }  // namespace gradmesh::parallel

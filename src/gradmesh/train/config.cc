@@ -204,6 +204,31 @@ void check_zero_keys(const Config& config, const std::string& where) {
                         "straggler = \"none\" or parallel.zero <= 2");
 }
 
+// parallel.compression and parallel.local_steps: plain data parallelism only.
+void check_communication_reduction_keys(const Config& config, const std::string& where) {
+  const ParallelConfig& p = config.parallel;
+  const bool powersgd = p.compression == "powersgd", local = p.local_steps > 1;
+  if (!powersgd && !local) return;
+  const std::string what = powersgd ? "parallel.compression = \"powersgd\"" : "parallel.local_steps = " + std::to_string(p.local_steps);
+  if (powersgd && local)
+    config_error(where, "parallel.compression: \"powersgd\" compresses every step's gradients, and parallel.local_steps = " +
+                            std::to_string(p.local_steps) + " exchanges none between synchronisations; choose one "
+                            "(compression = \"none\" or local_steps = 1)");
+  if (p.zero != 0)
+    config_error(where, "parallel.zero: " + what + " needs plain data parallelism (parallel.zero = 0), got " +
+                            std::to_string(p.zero));
+  if (p.mesh_pp > 1 || p.mesh_tp > 1)
+    config_error(where, "parallel.mesh: " + what + " needs a data-parallel-only mesh (pp = 1, tp = 1), got pp = " +
+                            std::to_string(p.mesh_pp) + ", tp = " + std::to_string(p.mesh_tp));
+  if (p.comm_dtype != "f32")
+    config_error(where, "parallel.comm_dtype: " + what + " sends float32, got \"" + p.comm_dtype +
+                            "\"; set comm_dtype = \"f32\"");
+  if (config.elastic.recovery == "in-process")
+    config_error(where, "elastic.recovery: \"in-process\" cannot be combined with " + what +
+                            ": each rank's own state (PowerSGD's error feedback, local SGD's diverged parameters) dies "
+                            "with a failed worker; use elastic.recovery = \"restart\" (resumes from the checkpoint)");
+}
+
 // Rules that involve more than one key; same rules as PyTorch where it has one.
 void check_cross_key(const Config& config, const std::string& where) {
   if (config.schedule.kind == "cosine" && config.schedule.min_lr > config.optim.lr)
@@ -215,6 +240,7 @@ void check_cross_key(const Config& config, const std::string& where) {
                         "momentum " + number_text(config.optim.momentum) + " and dampening " +
                             number_text(config.optim.dampening) + " (set nesterov = false or change them)");
   check_zero_keys(config, where);
+  check_communication_reduction_keys(config, where);
 }
 
 std::string trim(const std::string& text) {
@@ -315,6 +341,13 @@ std::string training_config_hash(const Config& config) {
   maths.model.recompute = ModelConfig().recompute;  // recomputed activations give bit-identical gradients
   maths.parallel = ParallelConfig();
   maths.parallel.comm_dtype = config.parallel.comm_dtype;  // bf16 gradients change the sums
+  // Compression and local steps change what every step computes.
+  maths.parallel.compression = config.parallel.compression;
+  maths.parallel.powersgd_rank = config.parallel.powersgd_rank;
+  maths.parallel.powersgd_start_step = config.parallel.powersgd_start_step;
+  maths.parallel.local_steps = config.parallel.local_steps;
+  maths.parallel.outer_lr = config.parallel.outer_lr;
+  maths.parallel.outer_momentum = config.parallel.outer_momentum;
   maths.output = OutputConfig();
   maths.checkpoint = CheckpointConfig();
   maths.elastic = ElasticConfig();

@@ -119,6 +119,12 @@ struct ParallelConfig {
   int64_t mesh_tp;           // parallel.mesh.tp: tensor-parallel degree
   int64_t micro_batches;     // pipeline: micro-batches per step on each data-parallel rank
   std::string pipeline_schedule;  // "1f1b" | "gpipe"
+  std::string compression;   // "none" | "powersgd": how gradients travel (docs/scaling.md)
+  int64_t powersgd_rank;     // columns of PowerSGD's factors
+  int64_t powersgd_start_step;  // exact all-reduces before this step
+  int64_t local_steps;       // > 1: local SGD / DiLoCo, parameters synchronised every N steps instead of gradients every step
+  double outer_lr;           // local steps: the outer step's learning rate on the averaged parameter change
+  double outer_momentum;     // local steps: Nesterov momentum of the outer step (0: plain averaging)
   bool operator==(const ParallelConfig&) const = default;
 };
 

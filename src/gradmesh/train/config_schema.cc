@@ -200,6 +200,13 @@ std::vector<KeySpec> build_schema() {
     key<&ParallelConfig::micro_batches>("micro_batches", 4, closed(1, 1 << 20), "With pipeline stages (mesh.pp > 1): micro-batches each data-parallel rank's share of a global batch is cut into and streamed through the stages; the bubble is (pp - 1) / (micro_batches + pp - 1) of a step. Gradients accumulate over them (use it instead of train.accum_steps)."),
     key<&ParallelConfig::pipeline_schedule>("pipeline_schedule", "1f1b", one_of({"1f1b", "gpipe"}), "With pipeline stages: 1f1b (PipeDream-flush: stage s holds at most pp - s micro-batches' activations) or gpipe (all forwards, then all backwards: holds all of them)."),
 
+    key<&ParallelConfig::compression>("compression", "none", one_of({"none", "powersgd"}), "How gradients cross the network (docs/scaling.md): none = exact all-reduce; powersgd = each weight matrix's gradient as two rank-r factors with error feedback (Vogels et al. 2019, PyTorch's powerSGD_hook); biases and small matrices stay exact. Plain data parallelism only (parallel.zero = 0, comm_dtype = \"f32\")."),
+    key<&ParallelConfig::powersgd_rank>("powersgd_rank", 4, closed(1, 1024), "With compression = \"powersgd\": the rank r of the factors; a [n, m] gradient sends r * (n + m) numbers instead of n * m."),
+    key<&ParallelConfig::powersgd_start_step>("powersgd_start_step", 10, closed(0, kMaxSteps), "With compression = \"powersgd\": optimizer steps reduced exactly before compression starts (PyTorch's start_powerSGD_iter)."),
+    key<&ParallelConfig::local_steps>("local_steps", 1, closed(1, kMaxSteps), "Local SGD / DiLoCo (docs/scaling.md): > 1 = each rank takes this many optimizer steps on its own share of the batches without exchanging gradients, then the ranks average their parameter change and take one outer step (outer_lr, outer_momentum). Cuts the traffic by this factor. Plain data parallelism only."),
+    key<&ParallelConfig::outer_lr>("outer_lr", 1.0, open_closed(0, 10), "With local_steps > 1: learning rate of the outer step on the ranks' averaged parameter change (1 with outer_momentum = 0 is plain parameter averaging; DiLoCo uses 0.7 with momentum 0.9)."),
+    key<&ParallelConfig::outer_momentum>("outer_momentum", 0.0, half_open(0, 1), "With local_steps > 1: Nesterov momentum of the outer step (0 = none)."),
+
     key<&OutputConfig::dir>("dir", "runs", any(), "Run directories are created under this directory."),
     key<&OutputConfig::run_id>("run_id", "", any(), "Run directory name; empty = UTC timestamp yyyymmdd-hhmmss plus a short random suffix."),
     key<&OutputConfig::save_weights>("save_weights", true, any(), "Write <run>/model.safetensors at the end."),

@@ -234,6 +234,17 @@ parallel::ReducerOptions reducer_options(const ParallelConfig& c) {
   return o;
 }
 
+parallel::ReducerOptions reducer_options(const Config& config) {
+  parallel::ReducerOptions o = reducer_options(config.parallel);
+  if (config.parallel.compression == "powersgd") {
+    o.powersgd = parallel::PowerSgdOptions{};
+    o.powersgd->rank = static_cast<int>(config.parallel.powersgd_rank);
+    o.powersgd->seed = config.train.seed;
+    o.powersgd_start_step = config.parallel.powersgd_start_step;
+  }
+  return o;
+}
+
 std::optional<comm::Millis> collective_timeout(const ParallelConfig& c) {
   const int64_t ms = checked_integer("parallel.timeout_s", c.timeout_s, 1000.0);
   if (ms == 0) return std::nullopt;

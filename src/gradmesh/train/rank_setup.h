@@ -78,6 +78,8 @@ PreparedRank prepare_rank(const Config& config, const std::shared_ptr<comm::Proc
 // ParallelConfig can be filled in code, and casting a double beyond int64 is
 // undefined): Error(kConfig) naming the key.
 parallel::ReducerOptions reducer_options(const ParallelConfig& config);
+// The same with parallel.compression's PowerSGD options (seeded by train.seed).
+parallel::ReducerOptions reducer_options(const Config& config);
 // parallel.timeout_s as a collective timeout; 0 leaves it unset, so the
 // process group's (GRADMESH_COMM_TIMEOUT, default 300 s) applies.
 std::optional<comm::Millis> collective_timeout(const ParallelConfig& config);

@@ -53,8 +53,8 @@ void StepRunner::stop_unless_finite(int64_t step, double loss) {
   throw_error(ErrorKind::kInternal, where, "the loss is not finite " + ranks + kDivergenceHint);
 }
 
-autograd::GradReadyHook StepRunner::begin_reduction() {
-  if (reducer_) return reducer_->begin_step();
+autograd::GradReadyHook StepRunner::begin_reduction(int64_t step) {
+  if (reducer_) return reducer_->begin_step(step);
   if (zero_) return zero_->begin_step();
   return {};
 }
@@ -179,7 +179,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   using parallel::Phase;
   if (pipeline_ != nullptr) {
     model_.zero_grad();
-    const autograd::GradReadyHook hook = begin_reduction();
+    const autograd::GradReadyHook hook = begin_reduction(step);
     const double loss = run_pipeline(batch, times, trace);
     set_step_loss(loss);
     // Every gradient is final now: the data-parallel reduction starts from the last parameter, as backward would.
@@ -214,7 +214,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   Shape shape = batch.images.shape();
   double loss = 0;
   model_.zero_grad();
-  const autograd::GradReadyHook hook = begin_reduction();
+  const autograd::GradReadyHook hook = begin_reduction(step);
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto [lo, hi] = parts[i];
     const double t0 = now_seconds();

@@ -67,7 +67,7 @@ class StepRunner {
   double run_pipeline(const data::Batch& batch, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
   void stop_unless_finite(int64_t step, double loss);
   bool reduces() const { return reducer_ || zero_; }
-  autograd::GradReadyHook begin_reduction();
+  autograd::GradReadyHook begin_reduction(int64_t step);
   void set_step_loss(double loss);
   // Waits for the reduction; adds its time and (with `trace`) its spans.
   void finish_reduction(parallel::PhaseTimes& times, obs::ChromeTrace* trace);

@@ -18,9 +18,11 @@
 #include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/optim/schedule.h"
+#include "gradmesh/parallel/local_sgd.h"
 #include "gradmesh/parallel/split_balancer.h"
 #include "gradmesh/parallel/mesh.h"
 #include "gradmesh/parallel/zero_param_shards.h"
+#include "gradmesh/train/communication_state.h"
 #include "gradmesh/train/split_checkpoint.h"
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
@@ -144,7 +146,16 @@ class TrainingRun {
   double bubble_window_ = 0;         // the longest stage's pipeline seconds, summed over the intervals
   void set_up_pipeline();
   // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
-  bool collective_checkpoints() const { return zero_ != nullptr || prepared_.whole != nullptr; }
+  // PowerSGD's per-rank errors are gathered into each checkpoint, and local
+  // SGD synchronises the ranks before one: every rank takes part in those too.
+  bool collective_checkpoints() const {
+    return zero_ != nullptr || prepared_.whole != nullptr || communication_state();
+  }
+  bool communication_state() const { return local_sgd_ != nullptr || (reducer_ && reducer_->powersgd()); }
+  // parallel.local_steps: after `s_.step` steps, average the parameters when a
+  // period ends, an epoch or the run ends, or a checkpoint (`for_checkpoint`,
+  // which also averages the inner optimizer state) follows.
+  void synchronize_local_steps(bool for_checkpoint);
   struct {
     bool writes = false;  // this rank writes pieces of a split model's checkpoints
     SplitSave save;
@@ -155,6 +166,7 @@ class TrainingRun {
   std::unique_ptr<parallel::GradientReducer> reducer_;  // several ranks, parallel.zero = 0
   std::unique_ptr<parallel::ZeroReducer> zero_;          // several ranks, parallel.zero >= 1
   std::unique_ptr<parallel::ZeroParamShards> param_shards_;  // parallel.zero = 3: the model's unit hooks
+  std::unique_ptr<parallel::LocalSgd> local_sgd_;  // several ranks, parallel.local_steps > 1 (no reducer then)
   void gather_full_parameters();   // stage 3, collective: every rank holds the whole parameters
   void release_full_parameters();
   std::unique_ptr<data::BatchLoader> loader_;
@@ -238,8 +250,17 @@ void TrainingRun::adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp) {
 void TrainingRun::build_step_machinery() {
   runner_.reset();
   reducer_.reset();
-  if (multi_rank(dp_) && !zero_)
-    reducer_ = std::make_unique<parallel::GradientReducer>(model(), dp_group_, reducer_options(config_.parallel));
+  local_sgd_.reset();
+  if (multi_rank(dp_) && config_.parallel.local_steps > 1) {
+    parallel::LocalSgdOptions o;
+    o.local_steps = config_.parallel.local_steps;
+    o.outer_lr = static_cast<float>(config_.parallel.outer_lr);
+    o.outer_momentum = static_cast<float>(config_.parallel.outer_momentum);
+    o.timeout = collective_timeout(config_.parallel);
+    local_sgd_ = std::make_unique<parallel::LocalSgd>(model(), dp_group_, o);
+  } else if (multi_rank(dp_) && !zero_) {
+    reducer_ = std::make_unique<parallel::GradientReducer>(model(), dp_group_, reducer_options(config_));
+  }
   loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get(),
                                          prepared_.whole.get(), pipeline_.forward ? &pipeline_ : nullptr);
@@ -335,6 +356,15 @@ void TrainingRun::open_outputs() {
     if (!leader_) std::filesystem::create_directories(summary_.run_dir);
     resumed = prepared_.whole ? resume_split_ranks(world_, loaded, *prepared_.whole, model(), *optimizer_, state)
                               : resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
+    if (communication_state()) {
+      if (resumed) {
+        const std::string fresh = restore_communication_state(*dp_group_, loaded, reducer_ ? reducer_->powersgd() : nullptr,
+                                                              local_sgd_.get());
+        if (!fresh.empty()) notes.push_back(fresh);
+      } else if (local_sgd_) {
+        local_sgd_->reset_outer();
+      }
+    }
   }
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
@@ -456,6 +486,11 @@ void TrainingRun::run_epoch(int64_t epoch) {
 void TrainingRun::save_checkpoint(bool sync) {
   // A split model: the writers save their pieces (split_checkpoint.h); the others hold copies.
   if (prepared_.whole && !splits_.writes) return;
+  std::optional<checkpoint::TensorFile> communication;
+  if (communication_state()) {
+    communication = gather_communication_state(*dp_group_, reducer_ ? reducer_->powersgd() : nullptr, local_sgd_.get());
+    if (!checkpointer_->writer()) return;  // replicated state otherwise: rank 0 writes it
+  }
   const double stalled = checkpointer_->save(
       [&] {
         if (prepared_.whole) return take_split_snapshot(*prepared_.whole, model(), *optimizer_, current_state(), splits_.save);
@@ -464,8 +499,10 @@ void TrainingRun::save_checkpoint(bool sync) {
           TrainingRun* run;
           ~Release() { run->release_full_parameters(); }
         } release{this};
-        return zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
-                     : take_snapshot(model(), *optimizer_, current_state());
+        checkpoint::Snapshot snapshot = zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
+                                              : take_snapshot(model(), *optimizer_, current_state());
+        if (communication) snapshot.tensor_files.push_back(std::move(*communication));
+        return snapshot;
       },
       sync, now_seconds());
   // The stall stays in the training time: it is what the loop paid for the checkpoint.
@@ -478,7 +515,7 @@ void TrainingRun::save_checkpoint(bool sync) {
 void TrainingRun::stop_here() {
   stopping_ = true;
   summary_.stopped = true;
-  if (checkpointer_->writer() || prepared_.whole) save_checkpoint(true);
+  if (checkpointer_->writer() || prepared_.whole || communication_state()) save_checkpoint(true);
   progress_.finish();
   progress_.message("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
                     (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""));
@@ -511,10 +548,23 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   // first one, this rank's share scaled by the world size estimates it.
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * dp_size_;
   if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
+  const bool due = !stop && (collective_checkpoints() ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
+                                                     : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds()));
+  if (local_sgd_) synchronize_local_steps(stop || due);
   if (stop) return stop_here();
-  const bool due = collective_checkpoints() ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
-                                            : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds());
   if (due) save_checkpoint(false);
+}
+
+void TrainingRun::synchronize_local_steps(bool for_checkpoint) {
+  const bool period_ends = local_sgd_->due(s_.step) || s_.step_in_epoch >= prepared_.steps.steps_per_epoch ||
+                           s_.step >= prepared_.steps.total_steps;
+  if (!period_ends && !for_checkpoint) return;
+  const double t0 = now_seconds();
+  const double seconds = local_sgd_->synchronize(for_checkpoint ? optimizer_.get() : nullptr);
+  s_.window[Phase::kComm] += seconds;
+  if (s_.step <= config_.output.trace_steps)
+    trace_->span("comm", "local-SGD synchronisation", t0, t0 + seconds,
+                 obs::JsonObject().add("bytes", local_sgd_->last_bytes()));
 }
 
 void TrainingRun::show_progress(int64_t epoch, int64_t step_in_epoch) {
