@@ -62,7 +62,7 @@ TEST_F(AttentionOpTest, RecordsOnlyWhenAGradientIsWanted) {
   EXPECT_EQ(current_tape().size(), 1u);
 }
 
-void expect_shape_error(const std::function<void()>& call, const std::vector<std::string>& mentions) {
+void expect_shape_error_mentioning(const std::function<void()>& call, const std::vector<std::string>& mentions) {
   try {
     call();
     ADD_FAILURE() << "no error";
@@ -75,17 +75,17 @@ void expect_shape_error(const std::function<void()>& call, const std::vector<std
 TEST_F(AttentionOpTest, BadShapesAreShapeErrorsNamingTheShape) {
   const std::string op = "causal_self_attention";
   const std::string expected = "expected n_head >= 1 and qkv [B, T, 3 * C]";
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({4, 24})), 2); }, {op, "[4, 24]", expected});
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({1, 2, 4, 24})), 2); },
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({4, 24})), 2); }, {op, "[4, 24]", expected});
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({1, 2, 4, 24})), 2); },
                      {op, "[1, 2, 4, 24]"});
   // 20 is not a multiple of 3 * 2; 18 is a multiple of 3 but not of 3 * 4.
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 20})), 2); },
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 20})), 2); },
                      {op, "[2, 3, 20]", "n_head 2"});
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 18})), 4); },
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 18})), 4); },
                      {op, "[2, 3, 18]", "n_head 4"});
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 0})), 1); }, {op, "[2, 3, 0]"});
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 6})), 0); }, {op, "n_head 0"});
-  expect_shape_error([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 6})), -1); }, {op, "n_head -1"});
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 0})), 1); }, {op, "[2, 3, 0]"});
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 6})), 0); }, {op, "n_head 0"});
+  expect_shape_error_mentioning([] { causal_self_attention(Variable(Tensor::zeros({2, 3, 6})), -1); }, {op, "n_head -1"});
 }
 
 }  // namespace

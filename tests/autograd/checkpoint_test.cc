@@ -11,7 +11,7 @@
 namespace gradmesh::autograd {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint64_t seed) {
+Tensor normal_tensor(const Shape& shape, uint64_t seed) {
   Tensor t = Tensor::empty(shape);
   const CounterRng rng(seed, RngPurpose::kTest, 0);
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.normal(i);
@@ -25,8 +25,8 @@ struct Gradients {
 
 Gradients run(bool checkpointed) {
   current_tape().clear();
-  Variable x(random_tensor({4, 6}, 1), true);
-  Variable w(random_tensor({6, 6}, 2), true), b(random_tensor({6}, 3), true);
+  Variable x(normal_tensor({4, 6}, 1), true);
+  Variable w(normal_tensor({6, 6}, 2), true), b(normal_tensor({6}, 3), true);
   w.state()->param_index = 0;
   b.state()->param_index = 1;
   auto piece = [&](const Variable& in) { return activation(linear(in, w, b), Activation::kGelu); };
@@ -52,13 +52,13 @@ TEST(Checkpoint, GradientsAreBitIdenticalAndEachParameterIsFinalOnce) {
 
 TEST(Checkpoint, WithoutGradientsNothingIsRecorded) {
   current_tape().clear();
-  Variable x(random_tensor({2, 3}, 4));
-  Variable w(random_tensor({3, 3}, 5));
+  Variable x(normal_tensor({2, 3}, 4));
+  Variable w(normal_tensor({3, 3}, 5));
   Variable y = checkpoint([&](const Variable& in) { return linear(in, w, Variable()); }, x, {w});
   EXPECT_EQ(current_tape().size(), 0u);
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
   NoGradGuard no_grad;
-  Variable wg(random_tensor({3, 3}, 6), true);
+  Variable wg(normal_tensor({3, 3}, 6), true);
   checkpoint([&](const Variable& in) { return linear(in, wg, Variable()); }, x, {wg});
   EXPECT_EQ(current_tape().size(), 0u);
 }

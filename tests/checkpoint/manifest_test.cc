@@ -35,7 +35,7 @@ TEST(Manifest, RoundTrip) {
   EXPECT_NE(manifest_json(m).find("\"format\": \"gradmesh-checkpoint\""), std::string::npos);
 }
 
-void expect_rejected(const std::string& text, const std::string& needle) {
+void expect_manifest_rejected(const std::string& text, const std::string& needle) {
   try {
     parse_manifest(text, "step-1: manifest.json");
     FAIL() << "accepted " << text;
@@ -54,16 +54,16 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 
 TEST(Manifest, MalformedIsAFormatErrorNamingTheField) {
   const std::string good = manifest_json(sample_manifest());
-  expect_rejected("{", "not valid JSON");
-  expect_rejected(replaced(good, "gradmesh-checkpoint", "other"), "'format'");
-  expect_rejected(replaced(good, "\"version\": 1", "\"version\": 2"), "'version'");
-  expect_rejected(replaced(good, "\"step\": 40", "\"step\": -4"), "'step'");
-  expect_rejected(replaced(good, "\"world_size\": 4", "\"world_size\": 0"), "'world_size'");
-  expect_rejected(replaced(good, "\"0123456789abcdef\"", "\"0123456789ABCDEF\""), "xxh64");
-  expect_rejected(replaced(good, "\"model.safetensors\"", "\"../model.safetensors\""), "not a plain file name");
-  expect_rejected(replaced(good, "\"model.safetensors\"", "\"optimizer.shard-00003-of-00004.safetensors\""), "twice");
-  expect_rejected(replaced(good, "\"index\": 3", "\"index\": 5"), "'index'");
-  expect_rejected(replaced(good, "\"bytes\": 1234,", ""), "'bytes'");
+  expect_manifest_rejected("{", "not valid JSON");
+  expect_manifest_rejected(replaced(good, "gradmesh-checkpoint", "other"), "'format'");
+  expect_manifest_rejected(replaced(good, "\"version\": 1", "\"version\": 2"), "'version'");
+  expect_manifest_rejected(replaced(good, "\"step\": 40", "\"step\": -4"), "'step'");
+  expect_manifest_rejected(replaced(good, "\"world_size\": 4", "\"world_size\": 0"), "'world_size'");
+  expect_manifest_rejected(replaced(good, "\"0123456789abcdef\"", "\"0123456789ABCDEF\""), "xxh64");
+  expect_manifest_rejected(replaced(good, "\"model.safetensors\"", "\"../model.safetensors\""), "not a plain file name");
+  expect_manifest_rejected(replaced(good, "\"model.safetensors\"", "\"optimizer.shard-00003-of-00004.safetensors\""), "twice");
+  expect_manifest_rejected(replaced(good, "\"index\": 3", "\"index\": 5"), "'index'");
+  expect_manifest_rejected(replaced(good, "\"bytes\": 1234,", ""), "'bytes'");
 }
 
 TEST(Manifest, ShardFileNames) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors_bytes.h"
 #include "gradmesh/checkpoint/safetensors.h"
 #include "gradmesh/core/error.h"
 
@@ -13,12 +14,6 @@ namespace gradmesh::checkpoint {
 namespace {
 
 constexpr const char* kSource = "bad.safetensors";
-
-std::string le64(uint64_t n) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  return out;
-}
 
 // A file image: length prefix, `header` verbatim, then `data_bytes` bytes of data.
 std::string file_with(const std::string& header, size_t data_bytes) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors_bytes.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 #include "support/temp_dir.h"
@@ -37,12 +38,6 @@ std::string f32_bytes(std::initializer_list<float> values) {
     std::memcpy(b, &v, 4);
     out.append(b, 4);
   }
-  return out;
-}
-
-std::string le64(uint64_t n) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   return out;
 }
 

@@ -13,8 +13,6 @@
 namespace gradmesh::testing {
 namespace {
 
-const char* kCorpus = "/usr/share/games/fortunes/science";
-
 // A tiny GPT, quick on two cores.
 const std::string kTiny =
     " --set model.kind=gpt --set data.format=tokens --set data.tokens=tokens --set model.n_layer=2"
@@ -25,8 +23,8 @@ const std::string kTiny =
 class GptEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kCorpus)) GTEST_SKIP() << "fortunes not installed (" << kCorpus << ")";
-    const CommandResult r = run_gradmesh(std::string("data prepare-text --vocab char --input ") + kCorpus +
+    if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "fortunes not installed (" << kFortunes << ")";
+    const CommandResult r = run_gradmesh(std::string("data prepare-text --vocab char --input ") + kFortunes +
                                              " --output tokens",
                                          dir_.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -24,10 +24,10 @@
 namespace gradmesh::testing {
 namespace {
 
-constexpr double kRelativeTolerance = 2e-3;
+constexpr double kPipelineTolerance = 2e-3;
 
-std::string compare_runs(const std::string& a_path, const std::string& b_path) {
-  return compare_weight_files(a_path, b_path, kRelativeTolerance);
+std::string compare_pipeline_runs(const std::string& a_path, const std::string& b_path) {
+  return compare_weight_files(a_path, b_path, kPipelineTolerance);
 }
 
 // Four blocks, a batch of 8 in 4 micro-batches; evaluation on 40 windows.
@@ -53,21 +53,21 @@ class PipelineTraining : public ::testing::Test {
 TEST_F(PipelineTraining, EveryScheduleAndLayoutTrainsTheWeightsOfOneProcess) {
   const std::string eval = " --set train.eval_every_epoch=true";
   train_ok("one", eval);
-  struct Layout {
+  struct PipelineLayout {
     const char* id;
     std::string extra, split;
     int ranks, stages;
   };
-  for (const Layout& l :
-       {Layout{"pp2", " --set parallel.mesh.pp=2 --set output.report=true --nproc-per-node 2",
+  for (const PipelineLayout& l :
+       {PipelineLayout{"pp2", " --set parallel.mesh.pp=2 --set output.report=true --nproc-per-node 2",
                "stage 0: blocks 0-1 (+ embeddings), stage 1: blocks 2-3 (+ head); 1f1b", 2, 2},
-        Layout{"pp4", " --set parallel.mesh.pp=4 --nproc-per-node 4", "stage 3: blocks 3 (+ head); 1f1b, 4 micro-batches", 4, 4},
-        Layout{"gpipe", " --set parallel.mesh.pp=2 --set parallel.pipeline_schedule=gpipe --nproc-per-node 2", "; gpipe", 2, 2},
-        Layout{"dp2pp2", " --set parallel.mesh.pp=2 --nproc-per-node 4", "1f1b", 4, 2}}) {
+        PipelineLayout{"pp4", " --set parallel.mesh.pp=4 --nproc-per-node 4", "stage 3: blocks 3 (+ head); 1f1b, 4 micro-batches", 4, 4},
+        PipelineLayout{"gpipe", " --set parallel.mesh.pp=2 --set parallel.pipeline_schedule=gpipe --nproc-per-node 2", "; gpipe", 2, 2},
+        PipelineLayout{"dp2pp2", " --set parallel.mesh.pp=2 --nproc-per-node 4", "1f1b", 4, 2}}) {
     const CommandResult r = train_ok(l.id, eval + l.extra);
     EXPECT_NE(r.err.find("pipeline: "), std::string::npos) << l.id << ": " << r.err;
     EXPECT_NE(r.err.find(l.split), std::string::npos) << l.id << ": " << r.err;
-    EXPECT_EQ(compare_runs(weights(l.id), weights("one")), "") << l.id;
+    EXPECT_EQ(compare_pipeline_runs(weights(l.id), weights("one")), "") << l.id;
     EXPECT_NEAR(test_loss(l.id), test_loss("one"), 1e-4 * test_loss("one")) << l.id;
     // The logged loss is the batch's, reported once (by the last stage).
     const double loss = last_metrics_line(ws_.file(std::string("runs/") + l.id), "summary")["final_train_loss"];
@@ -105,9 +105,9 @@ TEST_F(PipelineTraining, CheckpointsJoinIntoTheWholeModelAndResumeUnderAnyLayout
   train_ok("same", resume + pp2);
   EXPECT_EQ(named_weights(weights("same")), named_weights(weights("full"))) << "the same layout: bit for bit";
   train_ok("unsplit", resume);
-  EXPECT_EQ(compare_runs(weights("unsplit"), weights("full")), "");
+  EXPECT_EQ(compare_pipeline_runs(weights("unsplit"), weights("full")), "");
   train_ok("four", resume + " --set parallel.mesh.pp=4 --nproc-per-node 4");
-  EXPECT_EQ(compare_runs(weights("four"), weights("full")), "");
+  EXPECT_EQ(compare_pipeline_runs(weights("four"), weights("full")), "");
 }
 
 // Activations of 1 MiB per micro-batch span several of shm's 256 KiB mailbox

@@ -53,4 +53,7 @@ inline const char* kDataDir = "/usr/share/datasets/fashion-mnist";
 
 inline bool have_dataset() { return std::filesystem::exists(std::string(kDataDir) + "/t10k-images-idx3-ubyte.gz"); }
 
+// Debian's fortunes: the text corpus the GPT tests train on.
+inline const char* kFortunes = "/usr/share/games/fortunes/science";
+
 }  // namespace gradmesh::testing

@@ -19,8 +19,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-const char* kCorpus = "/usr/share/games/fortunes/science";
-
 struct Answers {
   std::vector<float> logits;  // of two rows' last positions
   std::string greedy, sampled, streamed;
@@ -29,8 +27,8 @@ struct Answers {
 class ShardedServe : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kCorpus)) GTEST_SKIP() << "fortunes not installed (" << kCorpus << ")";
-    CommandResult r = run_gradmesh(std::string("data prepare-text --vocab char --input ") + kCorpus + " --output tokens",
+    if (!std::filesystem::exists(kFortunes)) GTEST_SKIP() << "fortunes not installed (" << kFortunes << ")";
+    CommandResult r = run_gradmesh(std::string("data prepare-text --vocab char --input ") + kFortunes + " --output tokens",
                                    dir_.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // Three blocks (stages of unequal size), two heads (one per shard), an

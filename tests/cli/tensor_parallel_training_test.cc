@@ -26,10 +26,10 @@
 namespace gradmesh::testing {
 namespace {
 
-constexpr double kRelativeTolerance = 2e-3;
+constexpr double kTensorParallelTolerance = 2e-3;
 
-std::string compare_runs(const std::string& a_path, const std::string& b_path) {
-  return compare_weight_files(a_path, b_path, kRelativeTolerance);
+std::string compare_tensor_parallel_runs(const std::string& a_path, const std::string& b_path) {
+  return compare_weight_files(a_path, b_path, kTensorParallelTolerance);
 }
 
 class TensorParallelTraining : public ::testing::Test {
@@ -56,8 +56,8 @@ TEST_F(TensorParallelTraining, SplitLayoutsTrainTheWeightsOfOneProcess) {
   const CommandResult mixed = train_ok("dp2tp2", kSteps + " --set parallel.mesh.tp=2 --nproc-per-node 4");
   EXPECT_NE(mixed.err.find("tp groups: [0 1] [2 3]"), std::string::npos) << mixed.err;
   EXPECT_NE(mixed.err.find("dp groups: [0 2] [1 3]"), std::string::npos) << mixed.err;
-  EXPECT_EQ(compare_runs(weights("tp2"), weights("one")), "");
-  EXPECT_EQ(compare_runs(weights("dp2tp2"), weights("one")), "");
+  EXPECT_EQ(compare_tensor_parallel_runs(weights("tp2"), weights("one")), "");
+  EXPECT_EQ(compare_tensor_parallel_runs(weights("dp2tp2"), weights("one")), "");
   // The logged loss is the global one, not tp times it.
   const double one_loss = last_metrics_line(ws_.file("runs/one"), "summary")["final_train_loss"];
   for (const char* id : {"tp2", "dp2tp2"}) {
@@ -83,13 +83,13 @@ TEST_F(TensorParallelTraining, CheckpointsJoinIntoTheWholeModelAndResumeUnderAny
   train_ok("same", resume + kSplit);
   EXPECT_EQ(named_weights(weights("same")), named_weights(weights("full"))) << "the same layout: bit for bit";
   train_ok("unsplit", resume);
-  EXPECT_EQ(compare_runs(weights("unsplit"), weights("full")), "");
+  EXPECT_EQ(compare_tensor_parallel_runs(weights("unsplit"), weights("full")), "");
   train_ok("mixed", resume + " --set parallel.mesh.tp=2 --nproc-per-node 4");
-  EXPECT_EQ(compare_runs(weights("mixed"), weights("full")), "");
+  EXPECT_EQ(compare_tensor_parallel_runs(weights("mixed"), weights("full")), "");
   // And the other way: a one-process checkpoint resumes split.
   train_ok("plain", " --set train.max_steps=10" + every10);
   train_ok("resplit", kSteps + " --resume runs/plain/checkpoints/step-10" + kSplit);
-  EXPECT_EQ(compare_runs(weights("resplit"), weights("full")), "");
+  EXPECT_EQ(compare_tensor_parallel_runs(weights("resplit"), weights("full")), "");
 }
 
 TEST_F(TensorParallelTraining, LayoutsTrainingCannotRunAreConfigErrors) {

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "child_processes.h"
 #include "run_command.h"
 
 namespace gradmesh::testing {
@@ -64,25 +65,6 @@ int wait_exit(pid_t pid, std::chrono::seconds limit) {
     }
     std::this_thread::sleep_for(20ms);
   }
-}
-
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
 }
 
 // The rank a worker process was started as (its RANK variable), -1 if unreadable.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/child_processes.h"
 #include "gradmesh/config.h"
 #include "train/zero_runs.h"
 
@@ -84,24 +85,6 @@ TEST(ZeroTraining, MlpStagesOneAndTwoTrainTheWeightsOfPlainDataParallelism) {
       EXPECT_LE(relative_difference(train(id, world(n, stage)), plain), kSameWorldTolerance) << id;
     }
   }
-}
-
-// The processes whose parent is `parent` (a launcher's workers).
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
-    std::istringstream rest(line.substr(line.rfind(')') + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
 }
 
 TEST(ZeroTraining, AKilledWorkerRestartsFromTheShardedCheckpointBitIdentical) {

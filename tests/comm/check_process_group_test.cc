@@ -21,7 +21,7 @@ using testing::CollectiveCase;
 
 using TempDir = ::gradmesh::testing::TempDir;
 
-std::string failure_of(const std::shared_ptr<Work>& work) {
+std::string failure_message_of(const std::shared_ptr<Work>& work) {
   try {
     work->wait();
   } catch (const std::exception& e) {
@@ -80,7 +80,7 @@ TEST(CheckedGroup, DifferentCollectivesAreNamed) {
     auto group = checked_group(dir.path(), rank, 2);
     group->barrier()->wait();
     Tensor t = Tensor::zeros({100});
-    seen[rank] = failure_of(rank == 0 ? group->allreduce(t) : group->broadcast(t));
+    seen[rank] = failure_message_of(rank == 0 ? group->allreduce(t) : group->broadcast(t));
     broken[rank] = group->broken();
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
@@ -100,7 +100,7 @@ TEST(CheckedGroup, ADifferentCountOrOpIsNamedWithEveryRank) {
     Tensor t = Tensor::zeros({rank == 2 ? 101 : 100}, DType::kBF16);
     AllreduceOptions options;
     options.op = rank == 3 ? ReduceOp::kMax : ReduceOp::kSum;
-    seen[rank] = failure_of(group->allreduce(t, options));
+    seen[rank] = failure_message_of(group->allreduce(t, options));
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
   for (int r = 0; r < kWorld; ++r)
@@ -115,10 +115,10 @@ TEST(CheckedGroup, MismatchedPointToPointIsNamedByTheReceiver) {
   const auto errors = testing::run_rank_threads(2, [&](int rank) {
     auto group = checked_group(dir.path(), rank, 2);
     if (rank == 0) {
-      failure_of(group->send(Tensor::zeros({10}), 1, 3));
+      failure_message_of(group->send(Tensor::zeros({10}), 1, 3));
     } else {
       Tensor in = Tensor::zeros({10});
-      at_receiver = failure_of(group->recv(in, 0, 4));
+      at_receiver = failure_message_of(group->recv(in, 0, 4));
     }
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
@@ -134,7 +134,7 @@ TEST(CheckedGroup, MismatchBetweenProcesses) {
     auto group = checked_group(store_dir, rank, 2);
     Tensor t = Tensor::zeros({64});
     Tensor gathered = Tensor::zeros({128});
-    const std::string seen = failure_of(rank == 0 ? group->allgather(t, gathered) : group->allreduce(t));
+    const std::string seen = failure_message_of(rank == 0 ? group->allgather(t, gathered) : group->allreduce(t));
     const std::string expected =
         "collective mismatch at #1: rank 0 called allgather(f32 x 64), rank 1 called allreduce(f32 x 64, sum)";
     if (seen != expected) throw std::runtime_error("unexpected: " + seen);

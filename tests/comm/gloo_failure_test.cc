@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/collective_reference.h"
+#include "comm/gloo_loopback.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/gloo/process_group.h"
 #include "gradmesh/core/error.h"
@@ -20,18 +21,11 @@ namespace gradmesh::comm {
 namespace {
 
 using TempDir = gradmesh::testing::TempDir;
+using testing::loopback;
 // EXPECT_TRUE(contains(...)) with the whole text in the failure message.
 ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << part << "' not found in: " << text;
-}
-
-ProcessGroupOptions loopback(Millis timeout) {
-  ProcessGroupOptions options;
-  options.backend = "gloo";
-  options.hostname = "127.0.0.1";
-  options.timeout = timeout;
-  return options;
 }
 
 // Waits for `work` (bounded, so a hang fails the test) and returns its error.

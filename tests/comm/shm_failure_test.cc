@@ -24,7 +24,7 @@ using TempDir = ::gradmesh::testing::TempDir;
 using testing::leftover_segments;
 
 // The error a Work failed with: kind and message.
-std::pair<ErrorKind, std::string> failure_of(const std::shared_ptr<Work>& work) {
+std::pair<ErrorKind, std::string> kind_and_message_of(const std::shared_ptr<Work>& work) {
   try {
     work->wait();
   } catch (const Error& e) {
@@ -33,7 +33,7 @@ std::pair<ErrorKind, std::string> failure_of(const std::shared_ptr<Work>& work) 
   return {ErrorKind::kInternal, "(no error)"};
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool text_contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(ShmFailure, ARankThatNeverArrivesIsNamed) {
   TempDir dir;
@@ -52,7 +52,7 @@ TEST(ShmFailure, ARankThatNeverArrivesIsNamed) {
     Tensor t = Tensor::full({7}, 1.0f);
     AllreduceOptions options;
     options.timeout = Millis(500);
-    seen[rank] = failure_of(group->allreduce(t, options));
+    seen[rank] = kind_and_message_of(group->allreduce(t, options));
     broken_after[rank] = group->broken();
     auto later = group->barrier();
     later_failed_at_once[rank] = later->completed() && later->error() != nullptr;
@@ -62,8 +62,8 @@ TEST(ShmFailure, ARankThatNeverArrivesIsNamed) {
   for (int rank : {0, 1}) {
     EXPECT_EQ(seen[rank].first, ErrorKind::kTimeout) << seen[rank].second;
     // Whichever rank timed out first stops the group; the other reports it, still naming rank 2.
-    EXPECT_TRUE(contains(seen[rank].second, "shm allreduce #1 (f32 x 7, sum): ")) << seen[rank].second;
-    EXPECT_TRUE(contains(seen[rank].second, "timed out after 0.5 s; rank 2 did not arrive")) << seen[rank].second;
+    EXPECT_TRUE(text_contains(seen[rank].second, "shm allreduce #1 (f32 x 7, sum): ")) << seen[rank].second;
+    EXPECT_TRUE(text_contains(seen[rank].second, "timed out after 0.5 s; rank 2 did not arrive")) << seen[rank].second;
     EXPECT_TRUE(broken_after[rank]);
     EXPECT_TRUE(later_failed_at_once[rank]);
   }
@@ -77,7 +77,7 @@ TEST(ShmFailure, ARankThatNeverJoinsIsNamedAndTheSegmentIsRemoved) {
     FAIL() << "creating a group without rank 1 succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
-    EXPECT_TRUE(contains(e.what(), "waiting for rank 1 to attach")) << e.what();
+    EXPECT_TRUE(text_contains(e.what(), "waiting for rank 1 to attach")) << e.what();
   }
   EXPECT_TRUE(leftover_segments(*store).empty());
   // And from the other side: rank 0 never publishes a segment.
@@ -87,7 +87,7 @@ TEST(ShmFailure, ARankThatNeverJoinsIsNamedAndTheSegmentIsRemoved) {
     FAIL() << "joining a group without rank 0 succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
-    EXPECT_TRUE(contains(e.what(), "rank 0 did not publish")) << e.what();
+    EXPECT_TRUE(text_contains(e.what(), "rank 0 did not publish")) << e.what();
   }
 }
 
@@ -103,9 +103,9 @@ TEST(ShmFailure, AKilledRankIsNamedWithoutWaitingForTheTimeout) {
     Tensor t = Tensor::full({1'000'003}, 1.0f);
     AllreduceOptions options;
     options.timeout = Millis(60'000);  // far longer than the test: only death detection can end the wait
-    auto [kind, message] = failure_of(group->allreduce(t, options));
-    if (kind != ErrorKind::kComm || !contains(message, "shm allreduce #2 (f32 x 1000003, sum)") ||
-        !contains(message, "rank 1 (pid ") || !contains(message, "died"))
+    auto [kind, message] = kind_and_message_of(group->allreduce(t, options));
+    if (kind != ErrorKind::kComm || !text_contains(message, "shm allreduce #2 (f32 x 1000003, sum)") ||
+        !text_contains(message, "rank 1 (pid ") || !text_contains(message, "died"))
       throw std::runtime_error("unexpected failure: " + message);
   }, std::chrono::seconds(30));
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
@@ -121,19 +121,19 @@ TEST(ShmFailure, MismatchedSendAndRecvAreNamed) {
     auto group = make_shm_process_group(store, rank, 2, Millis(5'000));
     if (rank == 0) {
       group->send(Tensor::full({10}, 1.0f), 1, 3)->wait();  // fits the mailbox: completes
-      at_sender_later = failure_of(group->barrier());
+      at_sender_later = kind_and_message_of(group->barrier());
     } else {
       Tensor in = Tensor::zeros({5});
-      at_receiver = failure_of(group->recv(in, 0, 3));
+      at_receiver = kind_and_message_of(group->recv(in, 0, 3));
     }
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(at_receiver.first, ErrorKind::kComm);
-  EXPECT_TRUE(contains(at_receiver.second, "shm recv #1 (f32 x 5 from rank 0, tag 3): rank 0 sent f32 x 10 with tag 3"))
+  EXPECT_TRUE(text_contains(at_receiver.second, "shm recv #1 (f32 x 5 from rank 0, tag 3): rank 0 sent f32 x 10 with tag 3"))
       << at_receiver.second;
   // The receiver stopped the group, so the sender's next call fails at once, naming why.
   EXPECT_EQ(at_sender_later.first, ErrorKind::kComm);
-  EXPECT_TRUE(contains(at_sender_later.second, "rank 1 stopped the group: rank 0 sent f32 x 10")) << at_sender_later.second;
+  EXPECT_TRUE(text_contains(at_sender_later.second, "rank 1 stopped the group: rank 0 sent f32 x 10")) << at_sender_later.second;
 }
 
 TEST(ShmFailure, DestroyingAGroupCancelsItsWaitingOperation) {
@@ -150,17 +150,17 @@ TEST(ShmFailure, DestroyingAGroupCancelsItsWaitingOperation) {
       auto work = group->allreduce(t);
       group.reset();  // must not wait out the 60 s timeout
       destroyed = true;
-      cancelled = failure_of(work);
+      cancelled = kind_and_message_of(work);
     } else {
       while (!destroyed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       Tensor t = Tensor::full({kQueued}, 1.0f);
-      peer = failure_of(group->allreduce(t));
+      peer = kind_and_message_of(group->allreduce(t));
     }
   });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
-  EXPECT_TRUE(contains(cancelled.second, "cancelled")) << cancelled.second;
+  EXPECT_TRUE(text_contains(cancelled.second, "cancelled")) << cancelled.second;
   EXPECT_EQ(peer.first, ErrorKind::kComm);
-  EXPECT_TRUE(contains(peer.second, "rank 0 stopped the group")) << peer.second;
+  EXPECT_TRUE(text_contains(peer.second, "rank 0 stopped the group")) << peer.second;
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace {
 
 using gradmesh::testing::TempDir;
 
-constexpr Millis kLong{5000};
+constexpr Millis kPayloadWait{5000};
 
 // Forks one child per index running body(index); a child exits 0 when the
 // body returns and 1 when it throws. Waits up to `deadline`, then kills the
@@ -78,7 +78,7 @@ TEST(FileStore, ForkedProcessesAddAtomically) {
     for (int i = 0; i < 250; ++i) store.add("workers/arrived", 1);
   });
   for (size_t i = 0; i < statuses.size(); ++i) EXPECT_TRUE(exited_cleanly(statuses[i])) << "child " << i;
-  EXPECT_EQ(inherited.get("workers/arrived", kLong), "1000");
+  EXPECT_EQ(inherited.get("workers/arrived", kPayloadWait), "1000");
 }
 
 TEST(FileStore, GetSeesAKeySetByAnotherProcess) {
@@ -88,7 +88,7 @@ TEST(FileStore, GetSeesAKeySetByAnotherProcess) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     FileStore(dir.path()).set("rank/1/addr", "10.0.0.2:29500");
   });
-  EXPECT_EQ(store.get("rank/1/addr", kLong), "10.0.0.2:29500");
+  EXPECT_EQ(store.get("rank/1/addr", kPayloadWait), "10.0.0.2:29500");
   EXPECT_TRUE(exited_cleanly(statuses[0]));
 }
 
@@ -113,7 +113,7 @@ TEST(FileStore, AConcurrentReaderNeverSeesATornValue) {
   int status = 0;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (::waitpid(writer, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < until) {
-    std::string value = store.get("payload", kLong);
+    std::string value = store.get("payload", kPayloadWait);
     ++reads;
     bool whole = value.size() == a.size() && (value == a || value == b);
     torn += !whole;
@@ -143,7 +143,7 @@ TEST(FileStore, KeysNeverLeaveTheDirectory) {
     EXPECT_TRUE(name == ".lock" || name.rfind("k_", 0) == 0) << name;
     EXPECT_LE(name.size(), 255u) << name;
   }
-  EXPECT_EQ(store.get(std::string(5000, '/'), kLong), "z");
+  EXPECT_EQ(store.get(std::string(5000, '/'), kPayloadWait), "z");
 }
 
 TEST(FileStore, DescribeIsTheFileEndpoint) {

@@ -45,11 +45,11 @@ class RedisStoreTest : public ::testing::Test {
   RedisServer* server_ = nullptr;
 };
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
+// Sets an environment variable for one scope and unsets it after.
+class ScopedSetEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedSetEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedSetEnv() { ::unsetenv(name_); }
 
  private:
   const char* name_;
@@ -104,12 +104,12 @@ TEST_F(RedisStoreTest, TheThreeConnectFailuresAreDistinct) {
 
 TEST_F(RedisStoreTest, PasswordComesFromTheEnvironmentWhenTheEndpointHasNone) {
   {
-    ScopedEnv env("GRADMESH_REDIS_PASSWORD", server_->password());
+    ScopedSetEnv env("GRADMESH_REDIS_PASSWORD", server_->password());
     open_store("redis://" + base(), kConnect)->set("from-env", "1");
   }
   {
     // The endpoint's own password wins over the environment.
-    ScopedEnv env("GRADMESH_REDIS_PASSWORD", "stale-pw-0c2");
+    ScopedSetEnv env("GRADMESH_REDIS_PASSWORD", "stale-pw-0c2");
     open_store(server_->endpoint(), kConnect)->set("from-url", "1");
   }
   EXPECT_EQ(server_->command({"GET", "from-env"}), "1");

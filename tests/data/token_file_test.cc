@@ -27,7 +27,7 @@ std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) 
 }
 
 TEST(TokenSet, BytesRoundTripWithTheEndAsValidation) {
-  testing::TempDir dir;
+  gradmesh::testing::TempDir dir;
   write(dir.file("a.txt"), "hello ");
   write(dir.file("b.txt"), "world!!!!");
   PrepareTextOptions o;
@@ -46,7 +46,7 @@ TEST(TokenSet, BytesRoundTripWithTheEndAsValidation) {
 }
 
 TEST(TokenSet, CharactersAreNumberedInCodePointOrder) {
-  testing::TempDir dir;
+  gradmesh::testing::TempDir dir;
   std::filesystem::create_directories(dir.file("corpus"));
   write(dir.file("corpus/one"), "b\xc3\xa9" "a");  // b, e-acute, a
   write(dir.file("corpus/one.dat"), std::string("\x01\x02\xff", 3));  // fortune's index: skipped
@@ -63,7 +63,7 @@ TEST(TokenSet, CharactersAreNumberedInCodePointOrder) {
 }
 
 TEST(TokenSet, BadInputsAreNamed) {
-  testing::TempDir dir;
+  gradmesh::testing::TempDir dir;
   ErrorKind kind{};
   PrepareTextOptions o;
   o.inputs = {dir.file("missing")};
@@ -96,7 +96,7 @@ class MalformedTokenSet : public ::testing::Test {
     EXPECT_EQ(kind, ErrorKind::kFormat) << message;
     return message;
   }
-  testing::TempDir dir_;
+  gradmesh::testing::TempDir dir_;
 };
 
 TEST_F(MalformedTokenSet, VocabJsonFieldByField) {

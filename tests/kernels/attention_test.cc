@@ -11,11 +11,12 @@
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/attention.h"
 #include "gradmesh/kernels/gemm.h"
+#include "kernels/nan.h"
 
 namespace gradmesh::kernels {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using testing::kNaN;
 
 int64_t width(const AttentionShape& s) { return s.heads * s.head_dim; }
 size_t qkv_size(const AttentionShape& s) { return static_cast<size_t>(s.batch * s.seq * 3 * width(s)); }
@@ -29,7 +30,7 @@ std::vector<float> uniform(size_t n, uint64_t seed, float lo, float hi) {
   return v;
 }
 
-std::string describe(const AttentionShape& s) {
+std::string describe_shape(const AttentionShape& s) {
   return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) + " heads=" + std::to_string(s.heads) +
          " D=" + std::to_string(s.head_dim);
 }
@@ -44,7 +45,7 @@ const std::vector<AttentionShape> kShapes = {
 
 TEST(CausalAttention, ForwardMatchesReference) {
   for (const AttentionShape& s : kShapes) {
-    SCOPED_TRACE(describe(s));
+    SCOPED_TRACE(describe_shape(s));
     // Scores q.k / sqrt(D) with q, k ~ U(-3, 3) have a spread of ~3: the softmax is far from uniform.
     const std::vector<float> qkv = uniform(qkv_size(s), 1, -3.0f, 3.0f);
     std::vector<float> y(y_size(s), kNaN), lse(lse_size(s), kNaN);
@@ -90,7 +91,7 @@ double weighted_loss(const std::vector<float>& qkv, const AttentionShape& s, con
 // |analytic - numeric| <= 3e-3 + 1e-2 * |numeric| leaves a margin of 3x over
 // both, while a missing term or a wrong scale is off by O(0.1) or more.
 void expect_backward_matches_finite_differences(const AttentionShape& s, uint64_t seed) {
-  SCOPED_TRACE(describe(s));
+  SCOPED_TRACE(describe_shape(s));
   std::vector<float> qkv = uniform(qkv_size(s), seed, -1.5f, 1.5f);
   const std::vector<float> w = uniform(y_size(s), seed + 1, -1.0f, 1.0f);
   std::vector<float> y(y_size(s)), lse(lse_size(s)), dqkv(qkv.size(), kNaN);
@@ -151,7 +152,7 @@ TEST(CausalAttention, BackwardAccumulateAddsAndOverwriteWritesEveryElement) {
 
 TEST(CausalAttention, DecodeEqualsLastForwardRowForEveryLength) {
   for (const AttentionShape& s : {AttentionShape{1, 75, 3, 32}, AttentionShape{1, 40, 2, 12}}) {
-    SCOPED_TRACE(describe(s));
+    SCOPED_TRACE(describe_shape(s));
     const int64_t T = s.seq, C = width(s);
     const std::vector<float> qkv = uniform(qkv_size(s), 70, -3.0f, 3.0f);
     std::vector<float> y(y_size(s)), lse(lse_size(s));

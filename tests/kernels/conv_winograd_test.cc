@@ -15,14 +15,14 @@ namespace {
 using testing::describe;
 using testing::input_numel;
 using testing::output_numel;
-std::vector<float> random_values(int64_t n, uint64_t step) { return testing::random_values(n, step, 41); }
+std::vector<float> winograd_random_values(int64_t n, uint64_t step) { return testing::random_values(n, step, 41); }
 
 // 3x3 stride 1: odd and even H and W, padding 0 and 1, batch 1 and 3, a 1x1
 // output, the reference CNN's 13x13 layer, a batch of 40 13x13 images (it
 // spans several of the kernel's blocks of images), planes at the widest the
 // one-vector row kernels take (16 padded columns) and wider ones, which take
 // the scalar loops.
-const std::vector<ConvGeometry> kGeometries = {
+const std::vector<ConvGeometry> kWinogradGeometries = {
     {1, 3, 7, 6, 4, 3, 3, 1, 0},   {3, 5, 8, 9, 2, 3, 3, 1, 1},  {1, 2, 5, 5, 3, 3, 3, 1, 0},
     {3, 4, 6, 7, 5, 3, 3, 1, 1},   {3, 8, 13, 13, 6, 3, 3, 1, 0}, {1, 1, 3, 3, 1, 3, 3, 1, 0},
     {1, 2, 4, 3, 2, 3, 3, 1, 1},   {40, 2, 13, 13, 3, 3, 3, 1, 0}, {3, 16, 10, 11, 7, 3, 3, 1, 1},
@@ -148,11 +148,11 @@ TEST(ConvWinograd, Applicability) {
 
 TEST(ConvWinograd, MatchesDirectForwardAndBackward) {
   uint64_t step = 0;
-  for (const ConvGeometry& g : kGeometries) {
-    const std::vector<float> x = random_values(input_numel(g), ++step);
-    const std::vector<float> w = random_values(g.out_channels * g.col_rows(), ++step);
-    const std::vector<float> b = random_values(g.out_channels, ++step);
-    const std::vector<float> dy = random_values(output_numel(g), ++step);
+  for (const ConvGeometry& g : kWinogradGeometries) {
+    const std::vector<float> x = winograd_random_values(input_numel(g), ++step);
+    const std::vector<float> w = winograd_random_values(g.out_channels * g.col_rows(), ++step);
+    const std::vector<float> b = winograd_random_values(g.out_channels, ++step);
+    const std::vector<float> dy = winograd_random_values(output_numel(g), ++step);
     for (const int tile : {2, 4})
       for (const Activation act : {Activation::kNone, Activation::kRelu})
       for (const bool channel_major : {false, true}) {
@@ -184,8 +184,8 @@ TEST(ConvWinograd, DetectsAWrongWeight) {
   // The comparison above must be able to fail: perturb one weight tap.
   const ConvGeometry g{1, 2, 6, 6, 2, 3, 3, 1, 1};
   for (const int tile : {2, 4}) {
-  const std::vector<float> x = random_values(input_numel(g), 900);
-  const std::vector<float> w = random_values(g.out_channels * g.col_rows(), 901);
+  const std::vector<float> x = winograd_random_values(input_numel(g), 900);
+  const std::vector<float> w = winograd_random_values(g.out_channels * g.col_rows(), 901);
   const std::vector<float> b(2, 0.0f), dy(static_cast<size_t>(output_numel(g)), 0.0f);
   std::vector<float> want(static_cast<size_t>(output_numel(g)));
   conv2d_reference(g, x.data(), w.data(), nullptr, want.data());
@@ -200,8 +200,8 @@ TEST(ConvWinograd, DetectsAWrongWeight) {
 
 TEST(ConvWinograd, RerunsAreBitIdentical) {
   const ConvGeometry g{5, 8, 13, 13, 6, 3, 3, 1, 0};
-  const std::vector<float> x = random_values(input_numel(g), 950), w = random_values(6 * 72, 951),
-                           b = random_values(6, 952), dy = random_values(output_numel(g), 953);
+  const std::vector<float> x = winograd_random_values(input_numel(g), 950), w = winograd_random_values(6 * 72, 951),
+                           b = winograd_random_values(6, 952), dy = winograd_random_values(output_numel(g), 953);
   for (const int tile : {2, 4}) {
     const WinogradRun a = run_winograd(g, tile, x, w, b, Activation::kRelu, dy, true);
     const WinogradRun c = run_winograd(g, tile, x, w, b, Activation::kRelu, dy, true);

@@ -11,13 +11,14 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/gemm.h"
+#include "kernels/nan.h"
 
 namespace gradmesh::kernels {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using testing::kNaN;
 
-std::vector<float> random_values(size_t n, uint64_t step) {
+std::vector<float> random_gemm_values(size_t n, uint64_t step) {
   const CounterRng rng(11, RngPurpose::kTest, step);
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = 2.0f * rng.uniform(i) - 1.0f;
@@ -27,7 +28,7 @@ std::vector<float> random_values(size_t n, uint64_t step) {
 // A row-major [rows, cols] matrix stored with leading dimension ld >= cols;
 // the padding columns hold NaN so that any read of them poisons the result.
 std::vector<float> padded_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t step) {
-  const std::vector<float> values = random_values(static_cast<size_t>(rows * cols), step);
+  const std::vector<float> values = random_gemm_values(static_cast<size_t>(rows * cols), step);
   std::vector<float> m(static_cast<size_t>(rows * ld), kNaN);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) m[r * ld + c] = values[r * cols + c];

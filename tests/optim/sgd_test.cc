@@ -33,14 +33,14 @@ struct SgdReference {
 };
 
 // Gradients that change sign and size from step to step.
-std::vector<float> grads_for_step(int step, size_t n) {
+std::vector<float> sgd_grads_for_step(int step, size_t n) {
   std::vector<float> g(n);
   for (size_t i = 0; i < n; ++i)
     g[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.3 * step) * (1.0 + 0.5 * step));
   return g;
 }
 
-void expect_matches_reference(const SgdOptions& options, float weight_decay, int steps) {
+void expect_sgd_matches_reference(const SgdOptions& options, float weight_decay, int steps) {
   const std::vector<float> start = {1.0f, -0.5f, 0.25f, 2.0f, -3.0f};
   std::vector<float> p = start;
   std::vector<double> ref(start.begin(), start.end());
@@ -48,7 +48,7 @@ void expect_matches_reference(const SgdOptions& options, float weight_decay, int
   auto opt = make_sgd({{0, static_cast<int64_t>(p.size()), weight_decay}}, options);
   const float lr = 0.05f;
   for (int s = 0; s < steps; ++s) {
-    const std::vector<float> g = grads_for_step(s, p.size());
+    const std::vector<float> g = sgd_grads_for_step(s, p.size());
     opt->step(p.data(), g.data(), lr);
     reference.step(ref, std::vector<double>(g.begin(), g.end()), lr);
     for (size_t i = 0; i < p.size(); ++i)
@@ -57,11 +57,11 @@ void expect_matches_reference(const SgdOptions& options, float weight_decay, int
   EXPECT_EQ(opt->steps_taken(), steps);
 }
 
-TEST(Sgd, PlainMatchesReference) { expect_matches_reference({}, 0.0f, 4); }
-TEST(Sgd, WeightDecayMatchesReference) { expect_matches_reference({}, 0.1f, 4); }
-TEST(Sgd, MomentumMatchesReference) { expect_matches_reference({0.9f, 0.0f, false}, 0.01f, 5); }
-TEST(Sgd, DampeningMatchesReference) { expect_matches_reference({0.9f, 0.3f, false}, 0.0f, 5); }
-TEST(Sgd, NesterovMatchesReference) { expect_matches_reference({0.8f, 0.0f, true}, 0.05f, 5); }
+TEST(Sgd, PlainMatchesReference) { expect_sgd_matches_reference({}, 0.0f, 4); }
+TEST(Sgd, WeightDecayMatchesReference) { expect_sgd_matches_reference({}, 0.1f, 4); }
+TEST(Sgd, MomentumMatchesReference) { expect_sgd_matches_reference({0.9f, 0.0f, false}, 0.01f, 5); }
+TEST(Sgd, DampeningMatchesReference) { expect_sgd_matches_reference({0.9f, 0.3f, false}, 0.0f, 5); }
+TEST(Sgd, NesterovMatchesReference) { expect_sgd_matches_reference({0.8f, 0.0f, true}, 0.05f, 5); }
 
 TEST(Sgd, MomentumByHand) {
   // p = 1, g = 0.5 every step, lr = 0.1, momentum 0.9:
@@ -164,7 +164,7 @@ TEST(Sgd, RestoredStateContinuesIdentically) {
   const size_t n = 9;
   std::vector<float> p(n, 1.0f);
   auto original = make_sgd({{0, static_cast<int64_t>(n), 0.01f}}, {0.9f, 0.1f, false});
-  for (int s = 0; s < 2; ++s) original->step(p.data(), grads_for_step(s, n).data(), 0.1f);
+  for (int s = 0; s < 2; ++s) original->step(p.data(), sgd_grads_for_step(s, n).data(), 0.1f);
 
   // A fresh optimizer whose state views are overwritten, as a checkpoint load does.
   auto restored = make_sgd({{0, static_cast<int64_t>(n), 0.01f}}, {0.9f, 0.1f, false});
@@ -174,7 +174,7 @@ TEST(Sgd, RestoredStateContinuesIdentically) {
   EXPECT_EQ(restored->steps_taken(), 2);
 
   std::vector<float> q = p;
-  const std::vector<float> g = grads_for_step(2, n);
+  const std::vector<float> g = sgd_grads_for_step(2, n);
   original->step(p.data(), g.data(), 0.1f);
   restored->step(q.data(), g.data(), 0.1f);
   EXPECT_EQ(std::memcmp(p.data(), q.data(), n * sizeof(float)), 0);

@@ -11,20 +11,13 @@
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/nn/models.h"
 #include "gradmesh/parallel/gradient_reducer.h"
+#include "parallel/param_sizes.h"
 #include "support/temp_dir.h"
 
 namespace gradmesh::parallel {
 namespace {
 
-std::vector<nn::ParameterInfo> params_of_sizes(const std::vector<int64_t>& numels) {
-  std::vector<nn::ParameterInfo> out;
-  int64_t offset = 0;
-  for (size_t i = 0; i < numels.size(); ++i) {
-    out.push_back({"p" + std::to_string(i), {numels[i]}, offset, numels[i]});
-    offset += numels[i];
-  }
-  return out;
-}
+using testing::params_of_sizes;
 
 TEST(BucketPlan, ReverseOrderSmallFirstBucketWholeParameters) {
   // 4-byte floats: budgets of 40 bytes = 10 floats, 100 bytes = 25 floats.

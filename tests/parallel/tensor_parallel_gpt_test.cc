@@ -27,13 +27,13 @@ namespace {
 
 using autograd::Variable;
 
-constexpr int64_t kBatch = 3, kSeq = 8, kVocab = 13;
-constexpr float kTolerance = 1e-5f;  // relative to the largest magnitude of the tensor compared
+constexpr int64_t kGptBatch = 3, kGptSeq = 8, kVocab = 13;
+constexpr float kGptTolerance = 1e-5f;  // relative to the largest magnitude of the tensor compared
 
 nn::GptSpec spec(bool tied) {
   nn::GptSpec s;
   s.vocab_size = kVocab;
-  s.block_size = kSeq;
+  s.block_size = kGptSeq;
   s.n_layer = 2;
   s.n_head = 4;
   s.n_embd = 16;
@@ -53,12 +53,12 @@ struct Pass {
   std::vector<ViewSegment> provided;     // split: WholeModelView::provided_segments
 };
 
-Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = nullptr) {
+Pass run_gpt(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = nullptr) {
   autograd::current_tape().clear();
   nn::Model model(nn::build_gpt(s), 11);
-  Tensor ids = Tensor::empty({kBatch, kSeq});
-  std::vector<int32_t> labels(static_cast<size_t>(kBatch * kSeq));
-  for (int64_t i = 0; i < kBatch * kSeq; ++i) {
+  Tensor ids = Tensor::empty({kGptBatch, kGptSeq});
+  std::vector<int32_t> labels(static_cast<size_t>(kGptBatch * kGptSeq));
+  for (int64_t i = 0; i < kGptBatch * kGptSeq; ++i) {
     ids.data()[i] = static_cast<float>((i * 7 + 3) % kVocab);
     labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 5 + 1) % kVocab);
   }
@@ -92,7 +92,7 @@ Pass run(const nn::GptSpec& s, const std::shared_ptr<comm::ProcessGroup>& tp = n
   return p;
 }
 
-std::vector<float> piece(const std::vector<float>& full, const nn::InitShard* shard) {
+std::vector<float> shard_piece(const std::vector<float>& full, const nn::InitShard* shard) {
   if (shard == nullptr) return full;
   std::vector<float> out;
   for (const auto& [begin, end] : shard->row_ranges)
@@ -102,7 +102,7 @@ std::vector<float> piece(const std::vector<float>& full, const nn::InitShard* sh
   return out;
 }
 
-float relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+float float_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   float scale = 1e-30f, worst = 0;
   for (float v : b) scale = std::max(scale, std::fabs(v));
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
@@ -110,7 +110,7 @@ float relative_difference(const std::vector<float>& a, const std::vector<float>&
 }
 
 std::string check_split_gpt(bool tied, int tp) {
-  const Pass whole = run(spec(tied));
+  const Pass whole = run_gpt(spec(tied));
   ::gradmesh::testing::TempDir dir;
   auto store = std::make_shared<comm::FileStore>(dir.path());
   std::vector<std::string> failures(static_cast<size_t>(tp));
@@ -120,7 +120,7 @@ std::string check_split_gpt(bool tied, int tp) {
     auto group = comm::make_shm_process_group(store, rank, tp, comm::Millis(20'000));
     nn::GptSpec s = spec(tied);
     s.split = std::make_shared<GroupTensorSplit>(group);
-    const Pass split = run(s, group);
+    const Pass split = run_gpt(s, group);
     {
       // What a sharded checkpoint stores: each segment is the whole model's elements there.
       const std::lock_guard<std::mutex> lock(mutex);
@@ -133,7 +133,7 @@ std::string check_split_gpt(bool tied, int tp) {
           }
         }
     }
-    if (std::fabs(split.grad_norm - whole.grad_norm) > kTolerance * whole.grad_norm)
+    if (std::fabs(split.grad_norm - whole.grad_norm) > kGptTolerance * whole.grad_norm)
       failures[static_cast<size_t>(rank)] += "gradient norm " + std::to_string(split.grad_norm) + " vs " +
                                              std::to_string(whole.grad_norm) + "\n";
     std::string& f = failures[static_cast<size_t>(rank)];
@@ -146,7 +146,7 @@ std::string check_split_gpt(bool tied, int tp) {
     if (split.logits_columns != end - begin)
       f += "logits have " + std::to_string(split.logits_columns) + " columns, expected this rank's " +
            std::to_string(end - begin) + "\n";
-    if (std::fabs(split.loss - whole.loss) > kTolerance * std::fabs(whole.loss))
+    if (std::fabs(split.loss - whole.loss) > kGptTolerance * std::fabs(whole.loss))
       f += "loss " + std::to_string(split.loss) + " vs " + std::to_string(whole.loss) + "\n";
     if (split.predicted != whole.predicted) f += "predicted tokens differ\n";
     // The memory estimate's count is the largest rank's: rank 0's (the first ranks take the remainders).
@@ -155,15 +155,15 @@ std::string check_split_gpt(bool tied, int tp) {
       f += "holds " + std::to_string(split.num_parameters) + " parameters, gpt_parameter_count says " +
            std::to_string(counted) + "\n";
     for (size_t i = 0; i < whole.params.size(); ++i) {
-      const std::vector<float> init = piece(whole.params[i], split.shards[i].get());
+      const std::vector<float> init = shard_piece(whole.params[i], split.shards[i].get());
       if (split.params[i] != init) f += "parameter " + std::to_string(i) + " does not start as its piece\n";
-      const std::vector<float> grad = piece(whole.grads[i], split.shards[i].get());
+      const std::vector<float> grad = shard_piece(whole.grads[i], split.shards[i].get());
       if (grad.size() != split.grads[i].size()) {
         f += "parameter " + std::to_string(i) + " has the wrong size\n";
         continue;
       }
-      const float d = relative_difference(split.grads[i], grad);
-      if (!(d <= kTolerance)) f += "gradient of parameter " + std::to_string(i) + " differs by " + std::to_string(d) + "\n";
+      const float d = float_relative_difference(split.grads[i], grad);
+      if (!(d <= kGptTolerance)) f += "gradient of parameter " + std::to_string(i) + " differs by " + std::to_string(d) + "\n";
     }
   });
   std::string coverage;

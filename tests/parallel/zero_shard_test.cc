@@ -8,19 +8,12 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/parallel/zero_memory.h"
 #include "gradmesh/parallel/zero_shard.h"
+#include "parallel/param_sizes.h"
 
 namespace gradmesh::parallel {
 namespace {
 
-std::vector<nn::ParameterInfo> params_of_sizes(const std::vector<int64_t>& numels) {
-  std::vector<nn::ParameterInfo> out;
-  int64_t offset = 0;
-  for (size_t i = 0; i < numels.size(); ++i) {
-    out.push_back({"p" + std::to_string(i), {numels[i]}, offset, numels[i]});
-    offset += numels[i];
-  }
-  return out;
-}
+using testing::params_of_sizes;
 
 // Weight decay by parameter, so a group's value names the parameter it came from.
 float decay_of(const nn::ParameterInfo& p) { return static_cast<float>(p.offset + 1); }

@@ -21,9 +21,9 @@ namespace gradmesh::parallel {
 namespace {
 
 constexpr int kSteps = 3;
-constexpr int64_t kBatch = 6;  // windows per global batch: uneven on 4 ranks
+constexpr int64_t kStage3Batch = 6;  // windows per global batch: uneven on 4 ranks
 
-nn::GptSpec spec(bool recompute) {
+nn::GptSpec stage3_spec(bool recompute) {
   nn::GptSpec s;
   s.vocab_size = 13;
   s.block_size = 8;
@@ -44,7 +44,7 @@ struct RankRun {
 
 RankRun train(int stage, bool recompute, const std::shared_ptr<comm::ProcessGroup>& group) {
   const int world = group->size(), rank = group->rank();
-  nn::Model model(nn::build_gpt(spec(recompute)), 5);
+  nn::Model model(nn::build_gpt(stage3_spec(recompute)), 5);
   std::unique_ptr<GradientReducer> plain;
   std::unique_ptr<ZeroReducer> zero;
   std::unique_ptr<ZeroParamShards> shards;
@@ -67,7 +67,7 @@ RankRun train(int stage, bool recompute, const std::shared_ptr<comm::ProcessGrou
   auto optimizer = optim::make_adamw(groups, {});
   nn::forward_context().unit_hooks = shards.get();
   RankRun run;
-  const int64_t lo = kBatch * rank / world, hi = kBatch * (rank + 1) / world;
+  const int64_t lo = kStage3Batch * rank / world, hi = kStage3Batch * (rank + 1) / world;
   for (int step = 0; step < kSteps; ++step) {
     model.zero_grad();
     autograd::GradReadyHook hook = plain ? plain->begin_step() : zero->begin_step();
@@ -81,7 +81,7 @@ RankRun train(int stage, bool recompute, const std::shared_ptr<comm::ProcessGrou
     double loss = 0;
     if (hi > lo) {
       autograd::Variable out = autograd::cross_entropy(
-          model.forward(autograd::Variable(Tensor::from_vector({hi - lo, 8}, ids))), targets, kBatch * 8.0f);
+          model.forward(autograd::Variable(Tensor::from_vector({hi - lo, 8}, ids))), targets, kStage3Batch * 8.0f);
       loss = out.value().item();
       plain ? plain->set_step_loss(loss) : zero->set_step_loss(loss);
       model.backward(out, hook);

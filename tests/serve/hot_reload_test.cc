@@ -25,7 +25,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::unique_ptr<nn::Model> tiny_model(uint64_t seed) {
+std::unique_ptr<nn::Model> seeded_tiny_model(uint64_t seed) {
   nn::MlpSpec spec;
   spec.in_features = 4;
   spec.hidden = {8};
@@ -38,7 +38,7 @@ std::shared_ptr<ServedModel> load(const std::string& step_dir) {
   const std::string step = std::filesystem::path(step_dir).filename().string().substr(5);
   if (step == "13") throw_error(ErrorKind::kFormat, step_dir, "the checkpoint is corrupt");
   return std::make_shared<ServedModel>("tiny", step, ModelShape{"mlp", {1, 2, 2}, 3},
-                                       tiny_model(static_cast<uint64_t>(std::stoll(step))));
+                                       seeded_tiny_model(static_cast<uint64_t>(std::stoll(step))));
 }
 
 std::string body() {
@@ -47,7 +47,7 @@ std::string body() {
 }
 
 std::vector<float> logits_of(uint64_t seed) {
-  auto m = tiny_model(seed);
+  auto m = seeded_tiny_model(seed);
   autograd::NoGradGuard no_grad;
   m->set_training(false);
   return m->forward(autograd::Variable(Tensor::from_vector({1, 1, 2, 2}, {1, 2, 3, 4}))).value().to_vector();
@@ -57,7 +57,7 @@ TEST(HotReload, ANewLatestSwapsTheModelWithoutFailingARequest) {
   gradmesh::testing::TempDir dir;
   ServerOptions o;
   o.port = 0;
-  InferenceServer server({std::make_shared<ServedModel>("tiny", "1", ModelShape{"mlp", {1, 2, 2}, 3}, tiny_model(1))},
+  InferenceServer server({std::make_shared<ServedModel>("tiny", "1", ModelShape{"mlp", {1, 2, 2}, 3}, seeded_tiny_model(1))},
                          o);
   server.watch("tiny", dir.path(), load, 0.02);
   server.start_watching();

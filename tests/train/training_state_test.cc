@@ -20,7 +20,7 @@
 namespace gradmesh::train {
 namespace {
 
-const InputGeometry kGeometry{1, 2, 2};
+const InputGeometry kTinyImage{1, 2, 2};
 
 struct Trained {
   std::unique_ptr<nn::Model> model;
@@ -33,7 +33,7 @@ Trained trained(const std::string& optimizer, int steps, uint64_t seed) {
   m.hidden = {3};
   m.classes = 2;
   Trained t;
-  t.model = build_model(m, kGeometry, seed);
+  t.model = build_model(m, kTinyImage, seed);
   const int64_t n = t.model->num_parameters();
   std::vector<optim::ParamGroup> groups{{0, n, 0.01f}};
   t.optimizer = optimizer == "adamw" ? optim::make_adamw(groups, {}) : optim::make_sgd(groups, {0.9f, 0, false});
@@ -123,7 +123,7 @@ TEST(TrainingState, AModelOfAnotherShapeIsRefused) {
   ModelConfig wider;
   wider.hidden = {4};
   wider.classes = 2;
-  std::unique_ptr<nn::Model> model = build_model(wider, kGeometry, 1);
+  std::unique_ptr<nn::Model> model = build_model(wider, kTinyImage, 1);
   auto optimizer = optim::make_sgd({{0, model->num_parameters(), 0}}, {0.9f, 0, false});
   EXPECT_THROW(restore_state(*checkpoint::load_latest(dir.path()), *model, *optimizer), Error);
 }

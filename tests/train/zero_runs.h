@@ -18,8 +18,6 @@
 
 namespace gradmesh::testing {
 
-inline const char* kFortunes = "/usr/share/games/fortunes/science";
-
 // A tiny GPT, quick on two cores: AdamW with decay on the matrices only and
 // clipping, so the sharded optimizer, the decay groups and the global norm
 // all take part.
