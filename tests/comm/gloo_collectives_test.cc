@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "comm/collective_reference.h"
+#include "comm/gloo_loopback.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/gloo/algorithm_choice.h"
 #include "gradmesh/comm/gloo/allreduce_cache.h"
@@ -23,6 +24,7 @@
 #include "gradmesh/comm/gloo/store_adapter.h"
 #include "gradmesh/comm/gloo/transport_access.h"
 #include "gradmesh/core/error.h"
+#include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
 namespace gradmesh::comm {
@@ -32,14 +34,8 @@ using gloo_backend::AllreduceAlgorithm;
 using testing::Collective;
 using testing::CollectiveCase;
 using TempDir = gradmesh::testing::TempDir;
-
-ProcessGroupOptions loopback(Millis timeout = Millis(20'000)) {
-  ProcessGroupOptions options;
-  options.backend = "gloo";
-  options.hostname = "127.0.0.1";
-  options.timeout = timeout;
-  return options;
-}
+using testing::loopback;
+using ::gradmesh::testing::ScopedEnv;
 
 using testing::all_cases;
 
@@ -374,24 +370,9 @@ TEST(GlooStoreAdapter, RendezvousKeysNameTheirRank) {
   EXPECT_EQ(gloo_backend::rank_of_rendezvous_key("rank_12"), 12);
   EXPECT_EQ(gloo_backend::rank_of_rendezvous_key("rank_"), -1);
   EXPECT_EQ(gloo_backend::rank_of_rendezvous_key("census/1/2"), -1);
+  EXPECT_EQ(gloo_backend::rank_of_rendezvous_key("pair/3/5"), 3);  // PairMeshContext's keys
+  EXPECT_EQ(gloo_backend::rank_of_rendezvous_key("pair/3"), -1);
 }
-
-// Sets an environment variable for one scope, restoring the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { had_ ? ::setenv(name_, old_.c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  bool had_;
-  std::string old_;
-};
 
 TEST(GlooDevice, ListenAddressFollowsOptionsThenEnvironment) {
   ScopedEnv no_hostname("GRADMESH_HOSTNAME", nullptr);

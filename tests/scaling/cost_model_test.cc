@@ -101,6 +101,10 @@ TEST(Predict, AddsComputeTheExposedCommunicationAndTheFixedParts) {
   StepModel small = m;
   small.bucket_bytes = {100e3};
   EXPECT_DOUBLE_EQ(predict(small, 128, 8).comm_s, allreduce_seconds(Algorithm::kHalvingDoubling, 100e3, 8, m.link));
+  // Local steps: the parameters' all-reduce every 8 steps costs each step an eighth of it.
+  StepModel local = m;
+  local.communicate_every = 8;
+  EXPECT_DOUBLE_EQ(predict(local, 128, 2).comm_s, comm / 8);
 }
 
 TEST(PredictCurve, ASmallModelOnASlowLinkPeaksEarlyAndThenSlowsDown) {

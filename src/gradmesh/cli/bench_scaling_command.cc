@@ -142,11 +142,22 @@ int parse_hosts(const std::string& text) {
   return static_cast<int>(k);
 }
 
-// The gradient buckets every step all-reduces: the reducer's own plan over the model's parameters.
+// What every step all-reduces: the reducer's own bucket plan over the
+// model's parameters; with PowerSGD its two reductions (P with the exact
+// gradients, then Q); with local steps the parameters (every H steps, which
+// the step model divides by).
 std::vector<double> gradient_buckets(const train::Config& config) {
   const auto data = train::load_training_data(config, /*with_test=*/false);
   const std::unique_ptr<nn::Model> model =
       train::build_model(config.model, data->geometry, config.train.seed, nn::ParameterInit::kDeferred);
+  if (config.parallel.local_steps > 1) return {static_cast<double>(model->num_parameters()) * 4.0};
+  if (config.parallel.compression == "powersgd") {
+    parallel::PowerSgdOptions p;
+    p.rank = static_cast<int>(config.parallel.powersgd_rank);
+    const parallel::PowerSgdCompressor c(model->parameters(), p);
+    const double q = c.q_floats();
+    return {(static_cast<double>(c.wire_floats()) - q) * 4.0, q * 4.0};
+  }
   const parallel::ReducerOptions o = train::reducer_options(config.parallel);
   const double element = o.bf16 ? 2.0 : 4.0;
   std::vector<double> out;
@@ -286,6 +297,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   // Every probe (and emulated host) ran on this machine's cores: the fit
   // takes the time-sharing out, and `here` puts it back for the probes.
   study.here = scaling::fit_step_model(study.probes, measured, buckets, hd, static_cast<int>(cores));
+  study.here.communicate_every = std::max<int64_t>(config.parallel.local_steps, 1);
   study.here_link = cluster ? "gloo between " + std::to_string(cluster->hosts()) + " emulated hosts on " + args.link_rate +
                                   " links, fitted: " + scaling::describe_link(measured)
                             : backend + " on this machine, fitted: " + scaling::describe_link(measured);

@@ -64,6 +64,7 @@ class PowerSgdCompressor {
 
   // Floats on the wire per reduction: P and the exact part (plus the verdict), then Q.
   int64_t wire_floats() const { return p_floats_ + rest_floats_ + 1 + q_floats_; }
+  int64_t q_floats() const { return q_floats_; }
   // Weight matrices sent as factors (the rest are summed exactly).
   int compressed_matrices() const { return static_cast<int>(matrices_.size()); }
   const std::vector<PowerSgdSpan>& last_spans() const { return spans_; }

@@ -44,7 +44,7 @@ double communication_seconds(const StepModel& model, int workers) {
     const Algorithm a = bytes <= model.halving_doubling_up_to ? Algorithm::kHalvingDoubling : Algorithm::kRing;
     seconds += allreduce_seconds(a, bytes, workers, model.link);
   }
-  return seconds;
+  return seconds / static_cast<double>(std::max<int64_t>(model.communicate_every, 1));
 }
 
 double allreduce_seconds(Algorithm algorithm, double bytes, int ranks, const LinkCost& link) {

@@ -81,6 +81,9 @@ struct StepModel {
   double optimizer_s = 0;             // per step (every replica updates all parameters)
   LinkCost link;
   std::vector<double> bucket_bytes;   // gradients per all-reduce, in order
+  // The all-reduces run once every this many steps (parallel.local_steps:
+  // parameters every H steps), so a step pays 1/H of them.
+  int64_t communicate_every = 1;
   // The backend's choice per size: at or below this many bytes halving-doubling, above it ring.
   double halving_doubling_up_to = 0;
   // Cores the workers share (0: every worker has cores of its own). Workers

@@ -112,6 +112,11 @@ size_t allreduce_piece_bytes(size_t bytes, bool peers_on_this_host, size_t sync_
 bool bf16_runs_widened(int64_t count, bool peers_on_this_host, size_t sync_max_bytes);
 
 inline constexpr size_t kSyncMaxBytes = size_t{256} << 10;
+// Groups of more ranks than this build no synchronous mesh: it doubles every
+// rank's connections (N - 1 more each), and 128 ranks on one host would need
+// 16,256 connections per mesh against about 28,000 ephemeral ports. Small
+// all-reduces then run in the asynchronous mode (tens of microseconds more).
+inline constexpr int kSyncMeshMaxRanks = 32;
 inline constexpr size_t kSyncMaxBytesUnknownHost = size_t{64} << 10;  // wmem_max unreadable
 
 }  // namespace gradmesh::comm::gloo_backend

@@ -25,9 +25,10 @@
 #include "gradmesh/comm/gloo/failure_census.h"
 #include "gradmesh/comm/gloo/messages.h"
 #include "gradmesh/comm/gloo/op_watchdog.h"
+#include "gradmesh/comm/gloo/pair_mesh.h"
 #include "gradmesh/comm/gloo/point_to_point.h"
+#include "gradmesh/comm/gloo/rendezvous_failure.h"
 #include "gradmesh/comm/gloo/ring_reduce_scatter.h"
-#include "gradmesh/comm/gloo/store_adapter.h"
 #include "gradmesh/comm/gloo/transport_access.h"
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/comm/reduce.h"
@@ -92,7 +93,8 @@ class GlooProcessGroup final : public ProcessGroup {
   void run_collective(const Op& op, const std::function<void(const Op&)>& body);
   [[noreturn]] void fail(const Op& op, std::exception_ptr error, bool expired);
   void say_goodbye();
-  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const std::shared_ptr<Store>& store);
+  // `meshes`: how many full meshes this group holds once this one is up (for the failure's hint).
+  std::shared_ptr<gloo::rendezvous::Context> connect_mesh(const std::shared_ptr<Store>& store, int meshes);
   // Agrees with every rank on how all-reduces use the synchronous mesh:
   // sync_max_bytes_, the smallest of the hosts' limits, and
   // peers_on_this_host_, true if every rank sees only loopback connections.
@@ -147,16 +149,19 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   watchdog_ = std::make_unique<OpWatchdog>([this] { shut_down_meshes(); });
   if (size_ == 1) return;
   if (!device_) device_ = create_device(choose_listen_address(options_));
-  context_ = connect_mesh(store_);
+  context_ = connect_mesh(store_, 1);
   sockets_ = std::make_unique<PairSockets>(*context_);
   cache_ = std::make_unique<AllreduceCache>(context_);
   // The second mesh, for small all-reduces (runs_synchronously()) and, when
   // every rank is on this host, large ones in pieces (allreduce_piece_bytes()).
   // Only the cached all-reduce objects use it: Gloo's unbound-buffer
   // operations (broadcast, all-gather, barrier, send/recv) need the event loop.
+  // A large group keeps one mesh: the second doubles every rank's
+  // connections, and many ranks on one host run out of local ports first.
+  if (size_ > kSyncMeshMaxRanks) return;
   agree_on_synchronous_use();
   if (sync_max_bytes_ == 0) return;
-  auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"));
+  auto sync_context = connect_mesh(std::make_shared<PrefixStore>(store_, "sync"), 2);
   try {
     for (int peer = 0; peer < size_; ++peer)
       if (peer != rank_) sync_context->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
@@ -169,22 +174,20 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   sync_cache_ = std::make_unique<AllreduceCache>(sync_context_);
 }
 
-std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const std::shared_ptr<Store>& store) {
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const std::shared_ptr<Store>& store,
+                                                                         int meshes) {
+  auto context = std::make_shared<PairMeshContext>(rank_, size_);
   // Gloo's pairs keep this timeout for every later wait (the watchdog enforces
   // each operation's own deadline first); it also bounds connecting, which
   // Gloo waits for up to 5x this, so it stays close to the group's timeout.
   context->setTimeout(*options_.timeout + kGlooBackstop);
-  GlooStoreAdapter adapter(store, *options_.timeout);
   try {
-    context->connectFullMesh(adapter, device_);
+    context->connect_pairs(store, device_, *options_.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     throw_error(ErrorKind::kComm, "gloo rendezvous in " + store->describe() + " (rank " + std::to_string(rank_) + ")",
-                without_source_location(e.what()) +
-                    "; check that the ranks can reach each other's addresses "
-                    "(GRADMESH_HOSTNAME) and that no firewall blocks TCP");
+                without_source_location(e.what()) + rendezvous_failure_hint(e.what(), size_, meshes));
   }
   return context;
 }

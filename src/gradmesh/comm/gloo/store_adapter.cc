@@ -12,6 +12,13 @@ namespace gradmesh::comm::gloo_backend {
 int rank_of_rendezvous_key(const std::string& key) {
   std::string_view digits = key;
   if (digits.rfind("rank_", 0) == 0) digits.remove_prefix(5);
+  // A pair's address, "pair/<from>/<to>", belongs to the rank that publishes it.
+  if (digits.rfind("pair/", 0) == 0) {
+    digits.remove_prefix(5);
+    const size_t slash = digits.find('/');
+    if (slash == std::string_view::npos) return -1;
+    digits = digits.substr(0, slash);
+  }
   return static_cast<int>(try_parse_int(digits, 0, std::numeric_limits<int>::max()).value_or(-1));
 }
 

@@ -1,8 +1,8 @@
 // GlooStoreAdapter: Gloo's rendezvous store interface over our Store.
 //
-// Gloo's connectFullMesh publishes each rank's listening addresses under
-// keys it chooses ("<rank>", and "rank_<rank>" for host names) and waits for
-// everyone else's. Routing those keys through our Store lets Gloo rendezvous
+// Gloo's rendezvous publishes each rank's pair addresses under keys
+// ("pair/<from>/<to>" from PairMeshContext; "<rank>" and "rank_<rank>" in
+// Gloo's own full mesh) and waits for everyone else's. Routing those keys through our Store lets Gloo rendezvous
 // over a FileStore directory or a Redis server like every other backend, and
 // keeps one timeout rule: a rank that never publishes makes the wait fail
 // with Error(kTimeout) naming that rank, instead of Gloo's own 30 s default.
@@ -39,7 +39,7 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   Millis timeout_;
 };
 
-// The rank a Gloo rendezvous key belongs to ("3" or "rank_3" -> 3), or -1.
+// The rank a Gloo rendezvous key belongs to ("3", "rank_3" or "pair/3/5" -> 3), or -1.
 int rank_of_rendezvous_key(const std::string& key);
 
 }  // namespace gradmesh::comm::gloo_backend
