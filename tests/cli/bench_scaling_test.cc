@@ -35,7 +35,7 @@ const std::string kProbe = "bench scaling '" GRADMESH_SOURCE_DIR "/examples/mlp.
 
 TEST_F(BenchScaling, ProbesFitsAndPredictsWithTableJsonAndChart) {
   const CommandResult r = run_gradmesh(kProbe + " --workers 1,2 --max-workers 64 --bandwidth 1gbit --latency 50us"
-                                                " --json study.json --svg study.svg",
+                                                " --json study.json --svg study.svg --report report.html",
                                        dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("| 2 | "), std::string::npos) << r.out;
@@ -56,6 +56,13 @@ TEST_F(BenchScaling, ProbesFitsAndPredictsWithTableJsonAndChart) {
   svg << svg_file.rdbuf();
   EXPECT_EQ(svg.str().rfind("<svg", 0), 0u);
   EXPECT_NE(svg.str().find("<circle"), std::string::npos) << "the measured points";
+  // The report page carries the same chart and the table, and nothing from outside it.
+  const std::string report = read_text(dir_.file("report.html"));
+  EXPECT_NE(report.find(svg.str()), std::string::npos) << "the chart is not in report.html";
+  EXPECT_NE(report.find("| 2 | "), std::string::npos) << report;
+  EXPECT_EQ(report.find("<script"), std::string::npos);
+  EXPECT_EQ(report.find(" src="), std::string::npos) << "report.html must be self-contained";
+  EXPECT_EQ(report.find("<link"), std::string::npos) << "report.html must be self-contained";
 }
 
 // The namespaces left of the emulated cluster a study's stderr names

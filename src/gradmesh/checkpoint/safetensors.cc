@@ -61,7 +61,7 @@ std::string brief(const Json& value) {
   return text;
 }
 
-[[noreturn]] void format_error(const std::string& where, const std::string& what) {
+[[noreturn]] void header_error(const std::string& where, const std::string& what) {
   throw_error(ErrorKind::kFormat, where, what);
 }
 
@@ -86,7 +86,7 @@ struct HeaderPlan {
 
 void check_file_size(const std::string& source, uint64_t file_size) {
   if (file_size < kLengthPrefixBytes) {
-    format_error(source, "file is " + std::to_string(file_size) +
+    header_error(source, "file is " + std::to_string(file_size) +
                              " bytes long, shorter than the 8-byte header length that starts every "
                              "safetensors file; is this a safetensors file?");
   }
@@ -94,16 +94,16 @@ void check_file_size(const std::string& source, uint64_t file_size) {
 
 void check_header_length(const std::string& source, uint64_t header_bytes, uint64_t file_size) {
   if (header_bytes == 0) {
-    format_error(source,
+    header_error(source,
                  "header length is 0; expected a JSON object of at least 2 bytes ('{}') after the "
                  "8-byte length");
   }
   if (header_bytes > kMaxHeaderBytes) {
-    format_error(source, "header length " + std::to_string(header_bytes) + " exceeds the limit of " +
+    header_error(source, "header length " + std::to_string(header_bytes) + " exceeds the limit of " +
                              std::to_string(kMaxHeaderBytes) + " bytes; the file is corrupt or not a safetensors file");
   }
   if (header_bytes > file_size - kLengthPrefixBytes) {
-    format_error(source, "header length " + std::to_string(header_bytes) + " runs past the end of the file (only " +
+    header_error(source, "header length " + std::to_string(header_bytes) + " runs past the end of the file (only " +
                              std::to_string(file_size - kLengthPrefixBytes) +
                              " bytes follow the 8-byte length); the file is truncated or not a safetensors file");
   }
@@ -116,13 +116,13 @@ Json parse_header_json(const std::string& source, const char* text, size_t size,
   if (text[0] != '{') {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[0]));
-    format_error(source, std::string("header starts with byte ") + byte +
+    header_error(source, std::string("header starts with byte ") + byte +
                              " instead of '{'; the format requires the header to be a JSON object starting at byte 8");
   }
   // nlohmann's lexer treats NUL as end of input, which would silently accept
   // "{...}\0<garbage>". NUL is never valid in JSON text, so refuse it here.
   if (const void* nul = std::memchr(text, '\0', size)) {
-    format_error(source, "header contains a NUL byte at offset " +
+    header_error(source, "header contains a NUL byte at offset " +
                              std::to_string(static_cast<const char*>(nul) - text) +
                              "; expected JSON text padded with spaces, not zeros");
   }
@@ -132,7 +132,7 @@ Json parse_header_json(const std::string& source, const char* text, size_t size,
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:
         if (depth >= kMaxHeaderNesting) {
-          format_error(source, "header nests objects or arrays more than " + std::to_string(kMaxHeaderNesting) +
+          header_error(source, "header nests objects or arrays more than " + std::to_string(kMaxHeaderNesting) +
                                    " levels deep; a safetensors header has tensor entries with flat arrays only");
         }
         if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
@@ -143,7 +143,7 @@ Json parse_header_json(const std::string& source, const char* text, size_t size,
       case Json::parse_event_t::key: {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!open_objects.back().insert(key).second) {
-          format_error(source, open_objects.size() == 1
+          header_error(source, open_objects.size() == 1
                                    ? "header lists '" + key + "' twice; every tensor name must be unique"
                                    : "header repeats key '" + key + "' inside one object; keys must be unique");
         }
@@ -158,7 +158,7 @@ Json parse_header_json(const std::string& source, const char* text, size_t size,
   try {
     return Json::parse(text, text + size, on_event);
   } catch (const Json::exception& e) {
-    format_error(source, std::string("header is not valid JSON: ") + e.what());
+    header_error(source, std::string("header is not valid JSON: ") + e.what());
   }
 }
 
@@ -170,35 +170,35 @@ bool as_index(const Json& value, uint64_t* out) {
 }
 
 DType parse_dtype(const std::string& where, const Json& value) {
-  if (!value.is_string()) format_error(where, "dtype is " + brief(value) + "; expected a string such as \"F32\"");
+  if (!value.is_string()) header_error(where, "dtype is " + brief(value) + "; expected a string such as \"F32\"");
   const std::string& name = value.get_ref<const std::string&>();
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   for (const char* known : kSpecDTypes) {
     if (name == known) {
-      format_error(where, "dtype " + name +
+      header_error(where, "dtype " + name +
                               " not supported (gradmesh loads F32 and BF16); convert the "
                               "tensor to float32 or bfloat16 before saving");
     }
   }
-  format_error(where, "dtype " + brief(value) + " is not a safetensors dtype; expected F32 or BF16");
+  header_error(where, "dtype " + brief(value) + " is not a safetensors dtype; expected F32 or BF16");
 }
 
 Shape parse_shape(const std::string& where, const Json& value) {
   if (!value.is_array())
-    format_error(where, "shape is " + brief(value) + "; expected an array of non-negative integers");
+    header_error(where, "shape is " + brief(value) + "; expected an array of non-negative integers");
   Shape shape;
   uint64_t numel = 1;
   constexpr auto kMaxNumel = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   for (const Json& dim : value) {
     uint64_t size = 0;
     if (!as_index(dim, &size)) {
-      format_error(where, "shape " + brief(value) + " has element " + brief(dim) + "; expected non-negative integers");
+      header_error(where, "shape " + brief(value) + " has element " + brief(dim) + "; expected non-negative integers");
     }
     // Multiplied in order like the reference reader, so [0, huge, huge] is
     // fine and [huge, huge, 0] is an overflow there and here alike.
     if (size > kMaxNumel || (size != 0 && numel > kMaxNumel / size)) {
-      format_error(where, "shape " + brief(value) + " has more elements than fit in a 64-bit count");
+      header_error(where, "shape " + brief(value) + " has more elements than fit in a 64-bit count");
     }
     numel *= size;
     shape.push_back(static_cast<int64_t>(size));
@@ -210,15 +210,15 @@ EntryPlan parse_entry(const std::string& source, const std::string& name, const 
   const std::string where = source + ": tensor '" + name + "'";
   constexpr const char* kExpected = "an object with exactly the keys dtype, shape and data_offsets";
   if (!entry.is_object()) {
-    format_error(where, std::string("entry is ") + entry.type_name() + " " + brief(entry) + "; expected " + kExpected);
+    header_error(where, std::string("entry is ") + entry.type_name() + " " + brief(entry) + "; expected " + kExpected);
   }
   for (auto it = entry.begin(); it != entry.end(); ++it) {
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
-      format_error(where, "unexpected key '" + it.key() + "'; expected " + kExpected);
+      header_error(where, "unexpected key '" + it.key() + "'; expected " + kExpected);
     }
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!entry.contains(key)) format_error(where, std::string("missing key '") + key + "'; expected " + kExpected);
+    if (!entry.contains(key)) header_error(where, std::string("missing key '") + key + "'; expected " + kExpected);
   }
 
   EntryPlan plan;
@@ -228,25 +228,25 @@ EntryPlan parse_entry(const std::string& source, const std::string& name, const 
   const Json& offsets = entry["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !as_index(offsets[0], &plan.begin) ||
       !as_index(offsets[1], &plan.end)) {
-    format_error(where, "data_offsets is " + brief(offsets) + "; expected [begin, end] with two non-negative integers");
+    header_error(where, "data_offsets is " + brief(offsets) + "; expected [begin, end] with two non-negative integers");
   }
   if (plan.begin > plan.end) {
-    format_error(where,
+    header_error(where,
                  "data_offsets " + offsets_str(plan.begin, plan.end) + " end before they begin; expected begin <= end");
   }
   const auto numel = static_cast<uint64_t>(shape_numel(plan.shape));
   if (numel > std::numeric_limits<uint64_t>::max() / dtype_size(plan.dtype)) {
-    format_error(where, "dtype " + std::string(dtype_name(plan.dtype)) + " and shape " + shape_str(plan.shape) +
+    header_error(where, "dtype " + std::string(dtype_name(plan.dtype)) + " and shape " + shape_str(plan.shape) +
                             " need more bytes than fit in a 64-bit size");
   }
   const uint64_t need = numel * dtype_size(plan.dtype);
   if (plan.end - plan.begin != need) {
-    format_error(where, "data_offsets " + offsets_str(plan.begin, plan.end) + " give " +
+    header_error(where, "data_offsets " + offsets_str(plan.begin, plan.end) + " give " +
                             std::to_string(plan.end - plan.begin) + " bytes but dtype " + dtype_name(plan.dtype) +
                             " and shape " + shape_str(plan.shape) + " need " + std::to_string(need));
   }
   if (plan.end > data_size) {
-    format_error(where, "data_offsets " + offsets_str(plan.begin, plan.end) +
+    header_error(where, "data_offsets " + offsets_str(plan.begin, plan.end) +
                             " run past the end of the data buffer, which holds " + std::to_string(data_size) +
                             " bytes; the file is truncated or the header is wrong");
   }
@@ -255,11 +255,11 @@ EntryPlan parse_entry(const std::string& source, const std::string& name, const 
 
 void parse_metadata(const std::string& source, const Json& value, std::map<std::string, std::string>* out) {
   if (!value.is_object()) {
-    format_error(source, "__metadata__ is " + brief(value) + "; expected an object whose values are strings");
+    header_error(source, "__metadata__ is " + brief(value) + "; expected an object whose values are strings");
   }
   for (auto it = value.begin(); it != value.end(); ++it) {
     if (!it.value().is_string()) {
-      format_error(source, "__metadata__ key '" + it.key() + "' has value " + brief(it.value()) +
+      header_error(source, "__metadata__ key '" + it.key() + "' has value " + brief(it.value()) +
                                "; expected a string (safetensors metadata maps strings to strings)");
     }
     (*out)[it.key()] = it.value().get<std::string>();
@@ -279,13 +279,13 @@ void check_layout(const std::string& source, std::vector<EntryPlan>* entries, ui
   const EntryPlan* previous = nullptr;
   for (const EntryPlan& entry : *entries) {
     if (entry.begin > covered) {
-      format_error(source, "bytes " + offsets_str(covered, entry.begin) +
+      header_error(source, "bytes " + offsets_str(covered, entry.begin) +
                                " of the data buffer belong to no tensor (gap before tensor '" + entry.name +
                                "' at data_offsets " + offsets_str(entry.begin, entry.end) +
                                "); expected tensors to cover the buffer contiguously");
     }
     if (entry.begin < covered) {
-      format_error(source, "tensor '" + entry.name + "' at data_offsets " + offsets_str(entry.begin, entry.end) +
+      header_error(source, "tensor '" + entry.name + "' at data_offsets " + offsets_str(entry.begin, entry.end) +
                                " overlaps tensor '" + previous->name + "' at data_offsets " +
                                offsets_str(previous->begin, previous->end) +
                                "; expected each tensor to start where the previous one ends");
@@ -294,7 +294,7 @@ void check_layout(const std::string& source, std::vector<EntryPlan>* entries, ui
     previous = &entry;
   }
   if (covered != data_size) {
-    format_error(source, "the data buffer holds " + std::to_string(data_size) + " bytes but the tensors end at byte " +
+    header_error(source, "the data buffer holds " + std::to_string(data_size) + " bytes but the tensors end at byte " +
                              std::to_string(covered) + ": " + std::to_string(data_size - covered) +
                              " trailing bytes belong to no tensor; expected the last tensor to end at the end of "
                              "the file");

@@ -319,6 +319,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   };
   if (!args.json_path.empty()) write(args.json_path, scaling::scaling_json(study));
   if (!args.svg_path.empty()) write(args.svg_path, scaling::scaling_svg(study));
+  if (!args.report_path.empty()) write(args.report_path, scaling::scaling_html(study));
   return 0;
 }
 

@@ -19,7 +19,7 @@ struct BenchScalingArgs {
   int64_t warmup = 10;  // steps before them
   std::string bandwidth, latency;  // both or neither: the network to predict for
   int max_workers = 1024;
-  std::string json_path, svg_path;
+  std::string json_path, svg_path, report_path;
   // "netns:K": probe on K emulated hosts (network namespaces, root only),
   // one worker per host over gloo, every link limited to `link_rate`.
   std::string hosts;

@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   bench_scaling->add_option("--json", scaling_args.json_path, "Write the study as JSON to this file");
   bench_scaling->add_option("--svg", scaling_args.svg_path, "Write the chart (measured over predicted) to this file");
+  bench_scaling->add_option("--report", scaling_args.report_path,
+                            "Write report.html: the chart and the table on one self-contained page");
   bench_scaling->add_option("--hosts", scaling_args.hosts,
                             "netns:K: probe on K emulated hosts (network namespaces, as root), one worker each");
   bench_scaling->add_option("--link-rate", scaling_args.link_rate, "Each emulated host's link (tc tbf rate)")

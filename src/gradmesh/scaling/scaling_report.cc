@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "gradmesh/obs/json_object.h"
+#include "gradmesh/obs/report_html.h"
 
 namespace gradmesh::scaling {
 namespace {
@@ -125,6 +126,18 @@ std::string scaling_svg(const ScalingStudy& s) {
     out += "<circle cx=\"" + fixed(x(p.workers), 1) + "\" cy=\"" + fixed(y(s.global_batch / p.step_s), 1) +
            "\" r=\"4\" fill=\"#d62728\"/>\n";
   return out + "</svg>\n";
+}
+
+std::string scaling_html(const ScalingStudy& s) {
+  // Self-contained like a run's report.html: inline SVG, no scripts, no external files.
+  std::string out =
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>scaling study: " + obs::html_escape(s.config) +
+      "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:60em}pre{background:#f6f6f6;padding:1em;"
+      "overflow-x:auto}</style></head><body>\n<h1>Scaling study: " + obs::html_escape(s.config) + "</h1>\n";
+  out += "<p>Measured on " + obs::html_escape(s.here_link) + "; predicted for " + obs::html_escape(s.target_link) +
+         ".</p>\n";
+  out += scaling_svg(s) + "\n<pre>" + obs::html_escape(scaling_table(s)) + "</pre>\n</body></html>\n";
+  return out;
 }
 
 }  // namespace gradmesh::scaling

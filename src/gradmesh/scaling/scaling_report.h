@@ -25,5 +25,7 @@ struct ScalingStudy {
 std::string scaling_table(const ScalingStudy& study);
 std::string scaling_json(const ScalingStudy& study);
 std::string scaling_svg(const ScalingStudy& study);
+// One self-contained page (the report of `--report`): the links, the chart and the table.
+std::string scaling_html(const ScalingStudy& study);
 
 }  // namespace gradmesh::scaling

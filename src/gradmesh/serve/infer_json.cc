@@ -20,7 +20,7 @@ using Json = nlohmann::json;
 
 constexpr double kExactInFloat = 16777216.0;  // 2^24: integers beyond lose bits in float32
 
-[[noreturn]] void bad(const std::string& field, const std::string& what) { throw_error(ErrorKind::kUsage, field, what); }
+[[noreturn]] void bad_field(const std::string& field, const std::string& what) { throw_error(ErrorKind::kUsage, field, what); }
 
 std::string type_text(const Json& v) {
   const std::string dump = v.dump();
@@ -29,7 +29,7 @@ std::string type_text(const Json& v) {
 
 const Json& member(const Json& object, const char* key, const std::string& where) {
   const auto it = object.find(key);
-  if (it == object.end()) bad(where + "." + key, "is missing");
+  if (it == object.end()) bad_field(where + "." + key, "is missing");
   return *it;
 }
 
@@ -37,25 +37,25 @@ float element(const Json& v, Datatype type, const std::string& field) {
   switch (type) {
     case Datatype::kFp32:
     case Datatype::kFp64:
-      if (!v.is_number()) bad(field, "is " + type_text(v) + "; expected a number");
+      if (!v.is_number()) bad_field(field, "is " + type_text(v) + "; expected a number");
       return static_cast<float>(v.get<double>());
     case Datatype::kBool:
-      if (!v.is_boolean()) bad(field, "is " + type_text(v) + "; expected true or false");
+      if (!v.is_boolean()) bad_field(field, "is " + type_text(v) + "; expected true or false");
       return v.get<bool>() ? 1.0f : 0.0f;
     case Datatype::kInt64:
     case Datatype::kInt32:
     case Datatype::kUint8: {
-      if (!v.is_number_integer()) bad(field, "is " + type_text(v) + "; expected an integer");
+      if (!v.is_number_integer()) bad_field(field, "is " + type_text(v) + "; expected an integer");
       const double x = v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>()) : static_cast<double>(v.get<int64_t>());
       const double lo = type == Datatype::kUint8 ? 0 : -kExactInFloat, hi = type == Datatype::kUint8 ? 255 : kExactInFloat;
       if (x < lo || x > hi)
-        bad(field, "is " + v.dump() + "; expected an integer in [" + std::to_string(static_cast<int64_t>(lo)) + ", " +
+        bad_field(field, "is " + v.dump() + "; expected an integer in [" + std::to_string(static_cast<int64_t>(lo)) + ", " +
                        std::to_string(static_cast<int64_t>(hi)) + "] (" + datatype_name(type) +
                        " values are computed in float32)");
       return static_cast<float>(x);
     }
   }
-  bad(field, "has an unknown datatype");
+  bad_field(field, "has an unknown datatype");
 }
 
 // Appends the elements of `data` (flat, or nested `depth` levels deep) to `out`.
@@ -65,9 +65,9 @@ void flatten(const Json& data, Datatype type, const std::string& field, int dept
     out.push_back(element(data, type, field));
     return;
   }
-  if (depth <= 0) bad(field, "is nested deeper than the shape");
+  if (depth <= 0) bad_field(field, "is nested deeper than the shape");
   for (size_t i = 0; i < data.size(); ++i) {
-    if (static_cast<int64_t>(out.size()) >= limit) bad(field, "holds more elements than the shape");
+    if (static_cast<int64_t>(out.size()) >= limit) bad_field(field, "holds more elements than the shape");
     flatten(data[i], type, field + "[" + std::to_string(i) + "]", depth - 1, limit, out);
   }
 }
@@ -86,13 +86,13 @@ std::vector<float> from_binary(const char* bytes, int64_t count, Datatype type, 
       case Datatype::kInt32: { int32_t v; std::memcpy(&v, at, 4); x = v; break; }
       case Datatype::kUint8: x = static_cast<unsigned char>(*at); break;
       case Datatype::kBool:
-        if (*at != 0 && *at != 1) bad(field, "element " + std::to_string(i) + " is a BOOL byte other than 0 or 1");
+        if (*at != 0 && *at != 1) bad_field(field, "element " + std::to_string(i) + " is a BOOL byte other than 0 or 1");
         x = *at;
         break;
     }
     const bool integer = type == Datatype::kInt64 || type == Datatype::kInt32;
     if (integer && std::fabs(x) > kExactInFloat)
-      bad(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
+      bad_field(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
                      "; integers are computed in float32, exact within +-16777216");
     out[static_cast<size_t>(i)] = static_cast<float>(x);
   }
@@ -106,41 +106,41 @@ struct BinaryData {
 };
 
 InferInput parse_input(const Json& j, const std::string& where, const RequestLimits& limits, BinaryData& binary) {
-  if (!j.is_object()) bad(where, "is " + type_text(j) + "; expected an object {name, shape, datatype, data}");
+  if (!j.is_object()) bad_field(where, "is " + type_text(j) + "; expected an object {name, shape, datatype, data}");
   InferInput in;
   const Json& name = member(j, "name", where);
-  if (!name.is_string() || name.get<std::string>().empty()) bad(where + ".name", "expected a non-empty string");
+  if (!name.is_string() || name.get<std::string>().empty()) bad_field(where + ".name", "expected a non-empty string");
   in.name = name.get<std::string>();
   const Json& datatype = member(j, "datatype", where);
-  if (!datatype.is_string()) bad(where + ".datatype", "is " + type_text(datatype) + "; expected a string such as \"FP32\"");
+  if (!datatype.is_string()) bad_field(where + ".datatype", "is " + type_text(datatype) + "; expected a string such as \"FP32\"");
   in.datatype = parse_datatype(datatype.get<std::string>(), where + ".datatype");
   const Json& shape = member(j, "shape", where);
-  if (!shape.is_array() || shape.size() > 8) bad(where + ".shape", "expected an array of at most 8 dimensions");
+  if (!shape.is_array() || shape.size() > 8) bad_field(where + ".shape", "expected an array of at most 8 dimensions");
   int64_t count = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
     const std::string field = where + ".shape[" + std::to_string(d) + "]";
     if (!shape[d].is_number_integer() || shape[d].get<double>() < 0 || shape[d].get<double>() > limits.max_elements)
-      bad(field, "is " + shape[d].dump() + "; expected an integer from 0 to " + std::to_string(limits.max_elements));
+      bad_field(field, "is " + shape[d].dump() + "; expected an integer from 0 to " + std::to_string(limits.max_elements));
     const auto n = shape[d].get<int64_t>();
     in.shape.push_back(n);
     count *= n;
     if (count > limits.max_elements)
-      bad(where + ".shape", "has more than " + std::to_string(limits.max_elements) + " elements (the server's limit)");
+      bad_field(where + ".shape", "has more than " + std::to_string(limits.max_elements) + " elements (the server's limit)");
   }
   std::vector<float> values;
   const auto params = j.find("parameters");
-  if (params != j.end() && !params->is_object()) bad(where + ".parameters", "expected an object");
+  if (params != j.end() && !params->is_object()) bad_field(where + ".parameters", "expected an object");
   const auto binary_size = params == j.end() ? params : params->find("binary_data_size");
   if (params != j.end() && binary_size != params->end()) {
     const std::string field = where + ".parameters.binary_data_size";
-    if (j.contains("data")) bad(where + ".data", "is given beside parameters.binary_data_size; send one of the two");
-    if (binary.left < 0) bad(field, "needs the Inference-Header-Content-Length header (the binary tensor data extension)");
+    if (j.contains("data")) bad_field(where + ".data", "is given beside parameters.binary_data_size; send one of the two");
+    if (binary.left < 0) bad_field(field, "needs the Inference-Header-Content-Length header (the binary tensor data extension)");
     const int64_t expected = count * datatype_bytes(in.datatype);
     if (!binary_size->is_number_integer() || binary_size->get<double>() != static_cast<double>(expected))
-      bad(field, "is " + binary_size->dump() + "; the shape " + shape.dump() + " of " + datatype_name(in.datatype) +
+      bad_field(field, "is " + binary_size->dump() + "; the shape " + shape.dump() + " of " + datatype_name(in.datatype) +
                      " needs " + std::to_string(expected) + " bytes");
     if (expected > binary.left)
-      bad(field, "is " + std::to_string(expected) + " bytes, but only " + std::to_string(binary.left) +
+      bad_field(field, "is " + std::to_string(expected) + " bytes, but only " + std::to_string(binary.left) +
                      " binary bytes are left in the body");
     values = from_binary(binary.at, count, in.datatype, where);
     binary.at += expected;
@@ -150,7 +150,7 @@ InferInput parse_input(const Json& j, const std::string& where, const RequestLim
     values.reserve(static_cast<size_t>(count));
     flatten(data, in.datatype, where + ".data", static_cast<int>(in.shape.size()), count, values);
     if (static_cast<int64_t>(values.size()) != count)
-      bad(where + ".data", "holds " + std::to_string(values.size()) + " elements; the shape " + shape.dump() +
+      bad_field(where + ".data", "holds " + std::to_string(values.size()) + " elements; the shape " + shape.dump() +
                                " needs " + std::to_string(count));
   }
   in.values = Tensor::from_vector(in.shape.empty() ? Shape{} : in.shape, values);
@@ -187,13 +187,13 @@ Datatype parse_datatype(const std::string& name, const std::string& field) {
   for (Datatype t : {Datatype::kFp32, Datatype::kFp64, Datatype::kInt64, Datatype::kInt32, Datatype::kUint8,
                      Datatype::kBool})
     if (name == datatype_name(t)) return t;
-  bad(field, "is \"" + name + "\"; expected FP32, FP64, INT64, INT32, UINT8 or BOOL");
+  bad_field(field, "is \"" + name + "\"; expected FP32, FP64, INT64, INT32, UINT8 or BOOL");
 }
 
 InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits, int64_t header_length) {
   BinaryData binary;
   if (header_length > static_cast<int64_t>(body.size()))
-    bad("Inference-Header-Content-Length", "is " + std::to_string(header_length) + ", longer than the body's " +
+    bad_field("Inference-Header-Content-Length", "is " + std::to_string(header_length) + ", longer than the body's " +
                                                std::to_string(body.size()) + " bytes");
   if (header_length >= 0) {
     binary.at = body.data() + header_length;
@@ -203,43 +203,43 @@ InferRequest parse_infer_request(const std::string& body, const RequestLimits& l
   try {
     j = header_length >= 0 ? Json::parse(body.begin(), body.begin() + header_length) : Json::parse(body);
   } catch (const Json::exception& e) {
-    bad("request body", std::string("is not valid JSON: ") + e.what());
+    bad_field("request body", std::string("is not valid JSON: ") + e.what());
   }
-  if (!j.is_object()) bad("request body", "is " + type_text(j) + "; expected a JSON object with \"inputs\"");
+  if (!j.is_object()) bad_field("request body", "is " + type_text(j) + "; expected a JSON object with \"inputs\"");
   InferRequest r;
   if (const auto id = j.find("id"); id != j.end()) {
-    if (!id->is_string()) bad("id", "is " + type_text(*id) + "; expected a string");
+    if (!id->is_string()) bad_field("id", "is " + type_text(*id) + "; expected a string");
     r.id = id->get<std::string>();
   }
   const Json& inputs = member(j, "inputs", "request");
-  if (!inputs.is_array() || inputs.empty()) bad("inputs", "expected a non-empty array of input tensors");
+  if (!inputs.is_array() || inputs.empty()) bad_field("inputs", "expected a non-empty array of input tensors");
   if (static_cast<int>(inputs.size()) > limits.max_inputs)
-    bad("inputs", "has " + std::to_string(inputs.size()) + " tensors; at most " + std::to_string(limits.max_inputs));
+    bad_field("inputs", "has " + std::to_string(inputs.size()) + " tensors; at most " + std::to_string(limits.max_inputs));
   for (size_t i = 0; i < inputs.size(); ++i)
     r.inputs.push_back(parse_input(inputs[i], "inputs[" + std::to_string(i) + "]", limits, binary));
   if (binary.left > 0)
-    bad("request body", std::to_string(binary.left) + " binary bytes after the JSON belong to no input's "
+    bad_field("request body", std::to_string(binary.left) + " binary bytes after the JSON belong to no input's "
                         "parameters.binary_data_size");
   if (const auto params = j.find("parameters"); params != j.end()) {
-    if (!params->is_object()) bad("parameters", "is " + type_text(*params) + "; expected an object");
+    if (!params->is_object()) bad_field("parameters", "is " + type_text(*params) + "; expected an object");
     if (const auto b = params->find("binary_data_output"); b != params->end()) {
-      if (!b->is_boolean()) bad("parameters.binary_data_output", "is " + type_text(*b) + "; expected true or false");
+      if (!b->is_boolean()) bad_field("parameters.binary_data_output", "is " + type_text(*b) + "; expected true or false");
       r.binary_output = b->get<bool>();
     }
   }
   if (const auto outputs = j.find("outputs"); outputs != j.end()) {
-    if (!outputs->is_array()) bad("outputs", "is " + type_text(*outputs) + "; expected an array of {name}");
+    if (!outputs->is_array()) bad_field("outputs", "is " + type_text(*outputs) + "; expected an array of {name}");
     for (size_t i = 0; i < outputs->size(); ++i) {
       const Json& o = (*outputs)[i];
       const std::string where = "outputs[" + std::to_string(i) + "]";
-      if (!o.is_object()) bad(where, "is " + type_text(o) + "; expected an object {name}");
+      if (!o.is_object()) bad_field(where, "is " + type_text(o) + "; expected an object {name}");
       const Json& name = member(o, "name", where);
-      if (!name.is_string()) bad(where + ".name", "expected a string");
+      if (!name.is_string()) bad_field(where + ".name", "expected a string");
       r.outputs.push_back(name.get<std::string>());
       if (const auto params = o.find("parameters"); params != o.end()) {
         const auto b = params->is_object() ? params->find("binary_data") : params->end();
         if (!params->is_object() || (b != params->end() && !b->is_boolean()))
-          bad(where + ".parameters", "expected an object whose binary_data is true or false");
+          bad_field(where + ".parameters", "expected an object whose binary_data is true or false");
         if (b != params->end() && b->get<bool>()) r.binary_outputs.push_back(name.get<std::string>());
       }
     }

@@ -35,7 +35,7 @@ constexpr comm::Millis kCommandTimeout{static_cast<int64_t>(kMaxCommTimeoutSecon
 }  // namespace
 
 struct ShardedGpt::Command {
-  Op op = kForward;
+  int32_t op = kForward;  // an Op, held as its wire value (Op is local to this file)
   int64_t n = 0, t = 1;
   std::vector<int32_t> payload;  // forward: n * T tokens; step: tokens, slots, positions (n each); release: slots
 };
@@ -163,7 +163,7 @@ void ShardedGpt::follow() {
     groups_.control->recv(header, 0, 0, wait_long)->wait_or_throw(kCommandTimeout);
     const std::vector<int32_t> h = unpack(header, kHeaderWords);
     Command c;
-    c.op = static_cast<Op>(h[0]);
+    c.op = h[0];
     c.n = h[1];
     c.t = h[2];
     if (c.op == kStop) return;
