@@ -77,11 +77,10 @@ class TwoHosts:
         sh(f"ip link del {self.veth[0]} 2>/dev/null", check=False)  # if it was created but never moved
 
 
-def train(hosts, run_id, dtype, steps, workdir):
-    """samples/s of one two-node run (rank 0's summary)."""
-    sets = [f"parallel.comm_dtype={dtype}", "parallel.backend=gloo", f"train.max_steps={steps}",
-            "data.drop_last=true", "train.threads=1", "train.eval_every_epoch=false", "output.save_weights=false",
-            "output.report=false", "output.trace_steps=0", f"output.run_id={run_id}"]
+def run_two_nodes(hosts, run_id, sets, workdir, timeout=600):
+    """One `gradmesh train examples/mlp.toml` over both hosts (a launcher per
+    namespace, one worker each, the redis store); returns rank 0's
+    metrics.jsonl as a list of objects."""
     procs = []
     try:
         for node in range(2):
@@ -92,11 +91,11 @@ def train(hosts, run_id, dtype, steps, workdir):
                                                  "--nproc-per-node", "1", "--rdzv-id", run_id, "--rdzv-endpoint",
                                                  f"redis://:{PASSWORD}@{ADDRESS[0]}:6379", "--", GRADMESH, "train",
                                                  os.path.join(ROOT, "examples", "mlp.toml"),
-                                                 "--set", f"output.dir={out_dir}"])
+                                                 "--set", f"output.dir={out_dir}", "--set", f"output.run_id={run_id}"])
             for s in sets:
                 cmd += ["--set", s]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outputs = [p.communicate(timeout=600)[0] for p in procs]
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
         for node, p in enumerate(procs):
             if p.returncode != 0:
                 raise RuntimeError(f"node {node} of {run_id} exited {p.returncode}:\n{outputs[node][-3000:]}")
@@ -106,7 +105,15 @@ def train(hosts, run_id, dtype, steps, workdir):
                 p.kill()
                 p.wait()
     with open(os.path.join(workdir, "node0", run_id, "metrics.jsonl")) as f:
-        summary = [json.loads(line) for line in f if '"summary"' in line][-1]
+        return [json.loads(line) for line in f]
+
+
+def train(hosts, run_id, dtype, steps, workdir):
+    """samples/s of one two-node run (rank 0's summary)."""
+    sets = [f"parallel.comm_dtype={dtype}", "parallel.backend=gloo", f"train.max_steps={steps}",
+            "data.drop_last=true", "train.threads=1", "train.eval_every_epoch=false", "output.save_weights=false",
+            "output.report=false", "output.trace_steps=0"]
+    summary = [j for j in run_two_nodes(hosts, run_id, sets, workdir) if j.get("type") == "summary"][-1]
     return summary["samples_per_s"]
 
 

@@ -16,10 +16,10 @@ Needs root. Removes its namespaces and stops its servers however it ends.
 
 usage: bench/compression_netns.py [--rates 1gbit,200mbit] [--epochs 3] [--methods f32,bf16,powersgd,local8,diloco8]
 """
-import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile
+import argparse, os, re, shutil, signal, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bf16_netns import ADDRESS, GRADMESH, PASSWORD, ROOT, TwoHosts  # noqa: E402
+from bf16_netns import GRADMESH, ROOT, TwoHosts, run_two_nodes  # noqa: E402
 
 ANCHOR = os.path.join(os.path.dirname(ROOT), "shared", "anchors", "torch_ddp_netns.sh")
 
@@ -36,32 +36,8 @@ METHODS = {
 def train(hosts, run_id, sets, epochs, workdir):
     """(samples/s, test accuracy) of one two-node run, from rank 0's metrics.jsonl."""
     base = ["parallel.backend=gloo", f"train.epochs={epochs}", "train.threads=1", "output.save_weights=false",
-            "output.report=false", "output.trace_steps=0", f"output.run_id={run_id}"]
-    procs = []
-    try:
-        for node in range(2):
-            out_dir = os.path.join(workdir, f"node{node}")
-            os.makedirs(out_dir, exist_ok=True)
-            cmd = (hosts.prefix(node).split() + ["env", f"GRADMESH_HOSTNAME={ADDRESS[node]}", "GRADMESH_PROGRESS=off",
-                                                 GRADMESH, "launch", "--nnodes", "2", "--node-rank", str(node),
-                                                 "--nproc-per-node", "1", "--rdzv-id", run_id, "--rdzv-endpoint",
-                                                 f"redis://:{PASSWORD}@{ADDRESS[0]}:6379", "--", GRADMESH, "train",
-                                                 os.path.join(ROOT, "examples", "mlp.toml"),
-                                                 "--set", f"output.dir={out_dir}"])
-            for s in base + sets:
-                cmd += ["--set", s]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outputs = [p.communicate(timeout=1800)[0] for p in procs]
-        for node, p in enumerate(procs):
-            if p.returncode != 0:
-                raise RuntimeError(f"node {node} of {run_id} exited {p.returncode}:\n{outputs[node][-3000:]}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    with open(os.path.join(workdir, "node0", run_id, "metrics.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
+            "output.report=false", "output.trace_steps=0"]
+    lines = run_two_nodes(hosts, run_id, base + sets, workdir, timeout=1800)
     summary = [j for j in lines if j.get("type") == "summary"][-1]
     accuracy = [j for j in lines if j.get("type") == "epoch"][-1]["test_accuracy"]
     return summary["samples_per_s"], accuracy

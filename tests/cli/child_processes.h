@@ -1,13 +1,19 @@
-// Test support: the live child processes of a process, read from /proc (a
-// launcher's workers, for tests that kill one).
+// Test support for the tests that run a launcher and kill its workers: the
+// workload they train, starting `gradmesh launch` in the background, waiting
+// for its exit, and the live child processes of a process, read from /proc.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gradmesh::testing {
@@ -30,6 +36,51 @@ inline std::vector<pid_t> children_of(pid_t parent) {
     if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return out;
+}
+
+// About 300 steps of a wider MLP (a few ms each), checkpoints every 50.
+inline std::string workload(const std::string& run_id, const std::string& extra = "") {
+  return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
+         " --set model.hidden=[1024,1024] --set data.limit_train=38400 --set data.limit_test=1000"
+         " --set train.log_every=10 --set output.report=false --set output.trace_steps=0"
+         " --set checkpoint.every_steps=50 --set checkpoint.keep_last=0 --set output.run_id=" +
+         run_id + " " + extra;
+}
+
+// `gradmesh launch FLAGS -- gradmesh train TRAIN_ARGS`, in the background.
+inline pid_t spawn_launcher(const std::string& flags, const std::string& train_args, const std::string& workdir,
+                     const std::string& log_name) {
+  // Heartbeats every 0.1 s, so the restart events count the steps lost closely.
+  const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines GRADMESH_HEARTBEAT_INTERVAL=0.1 '" GRADMESH_BINARY
+                          "' launch " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
+                          " > " + log_name + ".out 2> " + log_name + ".err";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The workload on 2 local workers.
+inline pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
+                   const std::string& log_name) {
+  return spawn_launcher("--nproc-per-node 2 " + flags, train_args, workdir, log_name);
+}
+
+// Exit code of `pid` (128 + signal when killed); -1 when it did not exit within `limit`.
+inline int wait_exit(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace gradmesh::testing

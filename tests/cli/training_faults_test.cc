@@ -22,51 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// About 300 steps of a wider MLP (a few ms each), checkpoints every 50.
-std::string workload(const std::string& run_id, const std::string& extra = "") {
-  return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
-         " --set model.hidden=[1024,1024] --set data.limit_train=38400 --set data.limit_test=1000"
-         " --set train.log_every=10 --set output.report=false --set output.trace_steps=0"
-         " --set checkpoint.every_steps=50 --set checkpoint.keep_last=0 --set output.run_id=" +
-         run_id + " " + extra;
-}
-
-// `gradmesh launch FLAGS -- gradmesh train TRAIN_ARGS`, in the background.
-pid_t spawn_launcher(const std::string& flags, const std::string& train_args, const std::string& workdir,
-                     const std::string& log_name) {
-  // Heartbeats every 0.1 s, so the restart events count the steps lost closely.
-  const std::string cmd = "cd '" + workdir + "' && exec env GRADMESH_PROGRESS=lines GRADMESH_HEARTBEAT_INTERVAL=0.1 '" GRADMESH_BINARY
-                          "' launch " + flags + " -- '" GRADMESH_BINARY "' train " + train_args +
-                          " > " + log_name + ".out 2> " + log_name + ".err";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// The workload on 2 local workers.
-pid_t spawn_launch(const std::string& flags, const std::string& train_args, const std::string& workdir,
-                   const std::string& log_name) {
-  return spawn_launcher("--nproc-per-node 2 " + flags, train_args, workdir, log_name);
-}
-
-// Exit code of `pid` (128 + signal when killed); -1 when it did not exit within `limit`.
-int wait_exit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
 // The rank a worker process was started as (its RANK variable), -1 if unreadable.
 int rank_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
