@@ -124,6 +124,14 @@ void ShardedGpt::stop() {
   std::vector<std::shared_ptr<comm::Work>> sends;
   for (int r = 1; r < world_; ++r) sends.push_back(groups_.control->send(header, r, 0));
   for (auto& w : sends) w->wait_or_throw();
+  leave_together();
+}
+
+// After the stop command every rank meets once more before it leaves: a rank
+// that left (destroying its groups) while another still waited for its stop
+// command would fail that wait, and the server's clean exit with it.
+void ShardedGpt::leave_together() {
+  groups_.control->barrier()->wait_or_throw();
 }
 
 Tensor ShardedGpt::issue(const Command& c) {
@@ -166,7 +174,7 @@ void ShardedGpt::follow() {
     c.op = h[0];
     c.n = h[1];
     c.t = h[2];
-    if (c.op == kStop) return;
+    if (c.op == kStop) return leave_together();
     if (h[3] > 0) {
       Tensor payload = Tensor::empty({h[3]});
       groups_.control->recv(payload, 0, 0)->wait_or_throw();

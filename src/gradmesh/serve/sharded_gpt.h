@@ -76,6 +76,7 @@ class ShardedGpt : public SequenceModel {
   struct Command;
   // Runs `command` on this rank's part; on rank 0 with pp = 1 returns the
   // whole logits, on every other rank of a last stage nothing useful.
+  void leave_together();
   Tensor execute(const Command& command);
   Tensor issue(const Command& command);  // rank 0
   Tensor whole_logits(const Tensor& local);  // last stage: the shards' columns side by side
