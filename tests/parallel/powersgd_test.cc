@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "comm/collective_reference.h"
 #include "gradmesh/comm/file_store.h"
@@ -173,6 +174,23 @@ TEST(PowerSgd, ErrorFeedbackRecoversTheMissedPartOverSteps) {
   double scale = 0;
   for (float v : powersgd_grads(0, 0, 8)) scale = std::max(scale, static_cast<double>(std::abs(v)));
   EXPECT_LT(gap[0], 0.05 * scale) << "time-averaged approximation far from the true sum";
+}
+
+TEST(PowerSgd, AGradientThatIsNotFiniteStopsTheStepOnEveryRank) {
+  // Every loss finite (verdict 0), but rank 1's weight gradient overflowed.
+  gradmesh::testing::TempDir dir;
+  auto store = std::make_shared<comm::FileStore>(dir.path());
+  std::vector<float> verdicts(2, 0.0f);
+  const auto errors = comm::testing::run_rank_threads(2, [&](int rank) {
+    auto group = comm::make_shm_process_group(store, rank, 2, comm::Millis(20'000));
+    PowerSgdCompressor c(powersgd_params(), {});
+    std::vector<float> g = powersgd_grads(rank, 0, 8);
+    if (rank == 1) g[7] = std::numeric_limits<float>::infinity();
+    verdicts[static_cast<size_t>(rank)] = c.reduce(g.data(), 0.0f, *group, std::nullopt);
+  });
+  ASSERT_EQ(comm::testing::join_errors(errors), "");
+  EXPECT_TRUE(std::isnan(verdicts[0]));
+  EXPECT_TRUE(std::isnan(verdicts[1]));
 }
 
 TEST(PowerSgd, StateRoundTripContinuesIdentically) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
@@ -71,6 +72,9 @@ PowerSgdCompressor::PowerSgdCompressor(const std::vector<nn::ParameterInfo>& par
   p_rest_ = Tensor::zeros({p_floats_ + rest_floats_ + 1});
   q_ = Tensor::zeros({std::max<int64_t>(q_floats_, 1)});
   scratch_ = Tensor::zeros({std::max<int64_t>(largest_, 1)});
+  // From the start, not at the first compressed step: a checkpoint taken
+  // before it must hold the Q that step will use, not zeros.
+  initialize_q();
 }
 
 void PowerSgdCompressor::initialize_q() {
@@ -80,12 +84,10 @@ void PowerSgdCompressor::initialize_q() {
     const CounterRng rng(options_.seed, RngPurpose::kPowerSgd, i);
     for (int64_t k = 0; k < m.cols * options_.rank; ++k) q[m.q_offset + k] = rng.normal(static_cast<uint64_t>(k));
   }
-  q_ready_ = true;
 }
 
 float PowerSgdCompressor::reduce(float* flat_grads, float verdict, comm::ProcessGroup& group,
                                  const std::optional<comm::Millis>& timeout) {
-  if (!q_ready_) initialize_q();
   const int64_t r = options_.rank;
   float* p = p_rest_.data();
   float* q = q_.data();
@@ -119,6 +121,11 @@ float PowerSgdCompressor::reduce(float* flat_grads, float verdict, comm::Process
     rest += numel;
   }
   const float summed_verdict = *rest;
+  // A gradient that is not finite with every loss finite (an overflow) shows
+  // in the reduced P or exact part, the same on every rank: stop here, before
+  // it reaches Q, which later steps would start from.
+  for (int64_t i = 0; i < p_floats_ + rest_floats_; ++i)
+    if (!std::isfinite(p[i])) return std::numeric_limits<float>::quiet_NaN();
   if (matrices_.empty()) return summed_verdict;
   // Q = M^T P on the orthonormal P.
   for (Matrix& m : matrices_) {
@@ -168,7 +175,6 @@ void PowerSgdCompressor::load_state(const std::vector<std::pair<std::string, Ten
     const Tensor& q = find("q." + m.name, {m.cols, options_.rank});
     std::memcpy(q_.data() + m.q_offset, q.data(), static_cast<size_t>(m.cols * options_.rank) * sizeof(float));
   }
-  q_ready_ = true;
 }
 
 }  // namespace gradmesh::parallel

@@ -59,7 +59,9 @@ class PowerSgdCompressor {
   // Replaces `flat_grads` (this rank's gradients) with the approximate sum over
   // `group`'s ranks, updating this rank's error and the shared Q. `verdict` is
   // summed exactly alongside (GradientReducer's non-finite loss flag) and
-  // returned. Throws the collectives' failures (kComm/kTimeout).
+  // returned: NaN as well when the reduced factors or exact gradients are not
+  // finite (the step must not be applied; Q is left as it was). Throws the
+  // collectives' failures (kComm/kTimeout).
   float reduce(float* flat_grads, float verdict, comm::ProcessGroup& group, const std::optional<comm::Millis>& timeout);
 
   // Floats on the wire per reduction: P and the exact part (plus the verdict), then Q.
@@ -92,7 +94,6 @@ class PowerSgdCompressor {
   Tensor p_rest_;  // [P of every matrix | exact gradients | verdict]
   Tensor q_;       // Q of every matrix, kept between steps
   Tensor scratch_; // the largest matrix's approximation
-  bool q_ready_ = false;
   std::vector<PowerSgdSpan> spans_;
 };
 

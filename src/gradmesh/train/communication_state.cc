@@ -108,8 +108,8 @@ std::string restore_communication_state(comm::ProcessGroup& group,
       for (const auto& [name, t] : qs) take("powersgd." + name, t);
       for (const auto& [name, t] : momentum) take(std::string("local_sgd.") + name, t);
       flat.data()[0] = 1;
-    } catch (const Error& e) {
-      why = e.what();
+    } catch (const std::exception& e) {
+      why = e.what();  // any failure: the other ranks are waiting in the broadcast below
     }
   }
   wait(*group.broadcast(flat));

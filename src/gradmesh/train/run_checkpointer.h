@@ -37,6 +37,11 @@ class RunCheckpointer {
   template <class TakeSnapshot>
   double save(TakeSnapshot take, bool force_sync, double now);
 
+  // A checkpoint was taken at `now` by the ranks that write it: restarts the
+  // time-based interval on a rank that does not write (it votes on the next
+  // time-based save and must see the interval this one began).
+  void note_save(double now) { last_save_ = now; }
+
   // Waits for the write in flight.
   void finish();
 

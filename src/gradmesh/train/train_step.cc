@@ -1,5 +1,6 @@
 #include "gradmesh/train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -200,8 +201,10 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   }
   const int64_t rows = batch.images.dim(0), sample = batch.images.numel() / std::max<int64_t>(rows, 1);
   const int64_t micro = config_.train.accum_steps, targets = batch.targets_per_sample;
-  // The mean over every target of the global batch (one per image, one per token position).
-  const auto denominator = static_cast<float>(batch.global_batch_len * targets);
+  // The mean over every target of the global batch (one per image, one per
+  // token position); with local SGD over this rank's own targets.
+  const int64_t averaged = local_mean_ ? rows : batch.global_batch_len;
+  const auto denominator = static_cast<float>(std::max<int64_t>(averaged, 1) * targets);
   auto span = [&](const char* track, const std::string& name, double a, double b) {
     if (trace) trace->span(track, name, a, b);
   };
@@ -242,6 +245,9 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   finish_reduction(times, trace);
   stop_unless_finite(step, loss);
   update(lr, times, trace);
+  // This rank's share of the batch loss either way (the logs sum the ranks' shares).
+  if (local_mean_ && batch.global_batch_len > 0)
+    loss *= static_cast<double>(rows) / static_cast<double>(batch.global_batch_len);
   ++times.steps;
   times.loss_sum += loss;
   return loss;

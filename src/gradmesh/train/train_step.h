@@ -62,6 +62,12 @@ class StepRunner {
   double run(const data::Batch& batch, float lr, int64_t step, parallel::PhaseTimes& times,
              obs::ChromeTrace* trace);
 
+  // Local SGD (parallel.local_steps > 1): the ranks do not sum their
+  // gradients, so each one's loss is the mean over its own samples (the
+  // gradient its optimizer steps on alone); run() still returns and records
+  // this rank's share of the batch loss, so the logs add up as before.
+  void use_local_mean() { local_mean_ = true; }
+
  private:
   // The pipeline's forward and backward passes; returns this stage's loss (0 but on the last).
   double run_pipeline(const data::Batch& batch, parallel::PhaseTimes& times, obs::ChromeTrace* trace);
@@ -82,6 +88,7 @@ class StepRunner {
   parallel::ZeroReducer* zero_;
   const parallel::WholeModelView* whole_;
   const PipelineSetup* pipeline_;
+  bool local_mean_ = false;
 };
 
 }  // namespace gradmesh::train

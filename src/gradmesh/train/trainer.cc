@@ -264,6 +264,7 @@ void TrainingRun::build_step_machinery() {
   loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get(),
                                          prepared_.whole.get(), pipeline_.forward ? &pipeline_ : nullptr);
+  if (local_sgd_) runner_->use_local_mean();
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
   if (multi_rank(dp_) && config_.parallel.straggler == "rebalance")
@@ -484,6 +485,8 @@ void TrainingRun::run_epoch(int64_t epoch) {
 }
 
 void TrainingRun::save_checkpoint(bool sync) {
+  // Every rank restarts the interval its time-based votes count from.
+  checkpointer_->note_save(now_seconds());
   // A split model: the writers save their pieces (split_checkpoint.h); the others hold copies.
   if (prepared_.whole && !splits_.writes) return;
   std::optional<checkpoint::TensorFile> communication;
