@@ -13,15 +13,11 @@ namespace {
 using Named = std::vector<std::pair<std::string, Tensor>>;
 
 constexpr const char* kErrorPrefix = "error.";
-constexpr const char* kQPrefix = "q.";
-constexpr const char* kMomentum = "local_sgd.outer_momentum";
-
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // PowerSGD's state split into this rank's errors and the shared Q, in state() order.
 std::pair<Named, Named> split_powersgd(const parallel::PowerSgdCompressor& c) {
   std::pair<Named, Named> out;
-  for (auto& [name, t] : c.state()) (starts_with(name, kErrorPrefix) ? out.first : out.second).emplace_back(name, t);
+  for (auto& [name, t] : c.state()) (name.starts_with(kErrorPrefix) ? out.first : out.second).emplace_back(name, t);
   return out;
 }
 
@@ -32,8 +28,6 @@ int64_t total_numel(const Named& named) {
 }
 
 std::string error_name(int rank, const std::string& error) { return "powersgd.rank" + std::to_string(rank) + "." + error; }
-
-void wait(comm::Work& work) { work.wait_or_throw(); }
 
 }  // namespace
 
@@ -51,7 +45,7 @@ std::optional<checkpoint::TensorFile> gather_communication_state(comm::ProcessGr
       std::memcpy(in.data() + at, t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
       at += t.numel();
     }
-    wait(*group.allgather(in, all));
+    group.allgather(in, all)->wait_or_throw();
     keep.push_back(all);
     if (group.rank() == 0) {
       for (int r = 0; r < group.size(); ++r) {
@@ -112,7 +106,7 @@ std::string restore_communication_state(comm::ProcessGroup& group,
       why = e.what();  // any failure: the other ranks are waiting in the broadcast below
     }
   }
-  wait(*group.broadcast(flat));
+  group.broadcast(flat)->wait_or_throw();
   if (flat.data()[0] != 1) {
     if (local != nullptr) local->reset_outer();
     // Rank 0 knows why (it read the file); the others only that it did not restore.

@@ -151,7 +151,8 @@ class TrainingRun {
   bool collective_checkpoints() const {
     return zero_ != nullptr || prepared_.whole != nullptr || communication_state();
   }
-  bool communication_state() const { return local_sgd_ != nullptr || (reducer_ && reducer_->powersgd()); }
+  bool communication_state() const { return local_sgd_ != nullptr || powersgd() != nullptr; }
+  parallel::PowerSgdCompressor* powersgd() const { return reducer_ ? reducer_->powersgd() : nullptr; }
   // parallel.local_steps: after `s_.step` steps, average the parameters when a
   // period ends, an epoch or the run ends, or a checkpoint (`for_checkpoint`,
   // which also averages the inner optimizer state) follows.
@@ -359,8 +360,7 @@ void TrainingRun::open_outputs() {
                               : resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
     if (communication_state()) {
       if (resumed) {
-        const std::string fresh = restore_communication_state(*dp_group_, loaded, reducer_ ? reducer_->powersgd() : nullptr,
-                                                              local_sgd_.get());
+        const std::string fresh = restore_communication_state(*dp_group_, loaded, powersgd(), local_sgd_.get());
         if (!fresh.empty()) notes.push_back(fresh);
       } else if (local_sgd_) {
         local_sgd_->reset_outer();
@@ -491,7 +491,7 @@ void TrainingRun::save_checkpoint(bool sync) {
   if (prepared_.whole && !splits_.writes) return;
   std::optional<checkpoint::TensorFile> communication;
   if (communication_state()) {
-    communication = gather_communication_state(*dp_group_, reducer_ ? reducer_->powersgd() : nullptr, local_sgd_.get());
+    communication = gather_communication_state(*dp_group_, powersgd(), local_sgd_.get());
     if (!checkpointer_->writer()) return;  // replicated state otherwise: rank 0 writes it
   }
   const double stalled = checkpointer_->save(
