@@ -15,7 +15,11 @@ All ranks share this machine's cores, so the start-up time here includes
 N processes time-sharing them; docs/scaling.md turns the per-rank and
 per-store figures into a prediction for many hosts.
 
-usage: bench/control_plane.py [--ranks 8,16,32,64,128] [--iters 20] [--port-range LO-HI]
+Connections: --lazy auto (the default: groups of more than 32 ranks connect
+each pair when an operation first uses it), 1 (always lazily) or 0 (a full
+mesh at start-up), through GRADMESH_GLOO_LAZY.
+
+usage: bench/control_plane.py [--ranks 8,16,32,64,128] [--iters 20] [--lazy auto|1|0] [--port-range LO-HI]
 """
 import argparse, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, time
 
@@ -93,7 +97,7 @@ def sockets(pid):
     return n
 
 
-def run(n, iters, workdir):
+def run(n, iters, workdir, lazy):
     redis = Redis(workdir)
     try:
         redis.cli("config", "resetstat")
@@ -101,7 +105,8 @@ def run(n, iters, workdir):
         cmd = [GRADMESH, "launch", "--nproc-per-node", str(n), "--heartbeat-timeout", "0", "--rdzv-id", f"cp{n}",
                "--rdzv-endpoint", f"redis://:{redis.password}@127.0.0.1:{redis.port}", "--", GRADMESH, "bench",
                "comm", "--backend", "gloo", "--min-bytes", "4", "--max-bytes", "4", "--iters", str(iters)]
-        env = dict(os.environ, GRADMESH_PROGRESS="off", OPENBLAS_NUM_THREADS="1", GRADMESH_COMM_TIMEOUT="600")
+        env = dict(os.environ, GRADMESH_PROGRESS="off", OPENBLAS_NUM_THREADS="1", GRADMESH_COMM_TIMEOUT="600",
+                   GRADMESH_GLOO_LAZY=lazy)
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         most = 0
@@ -140,6 +145,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="8,16,32,64,128", help="local rank counts (default 8,16,32,64,128)")
     p.add_argument("--iters", type=int, default=20, help="4-byte all-reduces per run (default 20)")
+    p.add_argument("--lazy", default="auto", choices=["auto", "1", "0"],
+                   help="GRADMESH_GLOO_LAZY for the workers (default auto: lazily above 32 ranks)")
     p.add_argument("--port-range", default="", help="set net.ipv4.ip_local_port_range for the runs (root), e.g. 1024-65535")
     a = p.parse_args()
     for tool in ("redis-server", "redis-cli"):
@@ -157,7 +164,7 @@ def main():
             with open(range_file, "w") as f:
                 f.write(a.port_range.replace("-", " "))
         for n in [int(x) for x in a.ranks.split(",")]:
-            rows.append(run(n, a.iters, workdir))
+            rows.append(run(n, a.iters, workdir, a.lazy))
             r = rows[-1]
             print(f"  {n} ranks: {r['wall_s']:.2f} s, {r['sockets_per_rank']} sockets per rank, "
                   f"{r['total_commands_processed']} store commands", file=sys.stderr)
@@ -169,7 +176,7 @@ def main():
     ports = a.port_range or "-".join(old_range)
     print(f"setup: one host, {os.cpu_count()} cores shared by all ranks; gradmesh launch with a redis store on "
           f"loopback; workers run `gradmesh bench comm --backend gloo` with {a.iters} all-reduces of 4 bytes; "
-          f"ephemeral ports {ports}")
+          f"ephemeral ports {ports}; GRADMESH_GLOO_LAZY={a.lazy}")
     print("| ranks | wall s (start-up + teardown) | sockets per rank | store commands | per rank | store bytes in+out | per rank |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

@@ -19,6 +19,7 @@ TEST(RendezvousFailureHint, PortExhaustionNamesTheConnectionsAndTheRange) {
   EXPECT_NE(hint.find("16256 connections"), std::string::npos) << hint;  // 128 * 127 / 2 * 2
   EXPECT_NE(hint.find("28232 ephemeral ports (net.ipv4.ip_local_port_range 32768-60999)"), std::string::npos) << hint;
   EXPECT_NE(hint.find("hier backend"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("GRADMESH_GLOO_LAZY=1"), std::string::npos) << hint;
   // connect() can fail the same way; an unreadable range is said so.
   const std::string other = rendezvous_failure_hint("connect: Cannot assign requested address", 4, 1, dir.file("none"));
   EXPECT_NE(other.find("6 connections"), std::string::npos) << other;

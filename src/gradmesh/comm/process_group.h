@@ -91,6 +91,9 @@ struct ProcessGroupOptions {
   bool check = false;            // fingerprint every collective (also GRADMESH_COMM_CHECK=1)
   std::string hostname;          // this host's address for TCP backends ("" = from the environment)
   int local_rank = -1, local_size = -1;  // ranks on this host (-1 = from the environment)
+  // gloo: connect each pair only when an operation first needs it (pair_mesh.h).
+  // nullopt: GRADMESH_GLOO_LAZY, whose default "auto" means groups of more than 32 ranks.
+  std::optional<bool> lazy_connections;
 };
 
 // options.timeout, or GRADMESH_COMM_TIMEOUT when it is unset (a bad value of

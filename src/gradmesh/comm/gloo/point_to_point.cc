@@ -41,14 +41,22 @@ std::shared_ptr<Work> PointToPoint::post(gloo::Context* context, bool sending, c
   std::shared_ptr<gloo::transport::UnboundBuffer> buffer =
       context->createUnboundBuffer(const_cast<void*>(tensor.raw()), tensor.nbytes());
   const uint64_t slot = kPointToPointSlotBase + static_cast<uint64_t>(tag);
-  try {
-    sending ? buffer->send(peer, slot) : buffer->recv(peer, slot);
-  } catch (const std::exception& e) {
-    work->finish(std::make_exception_ptr(
-        Error(ErrorKind::kComm, "gloo " + work->description() + ": " + without_source_location(e.what()))));
-    return work;
-  }
   std::lock_guard<std::mutex> lock(mutex_);
+  bool waits_for_connection = false;
+  if (hooks_.connect) {
+    Peer& state = peers_[peer];
+    waits_for_connection = !state.connected;
+    if (waits_for_connection) state.held.push_back(Held{buffer, sending, slot});
+  }
+  if (!waits_for_connection) {
+    try {
+      sending ? buffer->send(peer, slot) : buffer->recv(peer, slot);
+    } catch (const std::exception& e) {
+      work->finish(std::make_exception_ptr(
+          Error(ErrorKind::kComm, "gloo " + work->description() + ": " + without_source_location(e.what()))));
+      return work;
+    }
+  }
   // Reap finished waiters so a long run does not accumulate threads.
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (*it->done) {
@@ -59,12 +67,39 @@ std::shared_ptr<Work> PointToPoint::post(gloo::Context* context, bool sending, c
     }
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread thread([this, work, buffer, held, sending, peer, timeout, done] {
+  std::thread thread([this, work, buffer, held, sending, peer, timeout, done, waits_for_connection] {
+    if (waits_for_connection) {
+      try {
+        connect_and_release(peer);
+      } catch (const std::exception& e) {
+        fail_before_transfer(work, e);
+        *done = true;
+        return;
+      }
+    }
     finish(work, *buffer, sending, peer, timeout);
     *done = true;
   });
   waiters_.push_back(Waiter{std::move(thread), buffer, sending, done});
   return work;
+}
+
+void PointToPoint::connect_and_release(int peer) {
+  hooks_.connect(peer);  // several waiters for one peer share one connection (pair_mesh.h)
+  std::lock_guard<std::mutex> lock(mutex_);
+  Peer& state = peers_[peer];
+  if (state.connected) return;  // another waiter released them
+  state.connected = true;
+  for (const Held& message : state.held)
+    message.sending ? message.buffer->send(peer, message.slot) : message.buffer->recv(peer, message.slot);
+  state.held.clear();
+}
+
+void PointToPoint::fail_before_transfer(const std::shared_ptr<Work>& work, const std::exception& cause) {
+  const auto* error = dynamic_cast<const Error*>(&cause);
+  const std::string message = "gloo " + work->description() + ": " + without_source_location(cause.what());
+  hooks_.fail(message);
+  work->finish(std::make_exception_ptr(Error(error ? error->kind() : ErrorKind::kComm, message)));
 }
 
 void PointToPoint::finish(const std::shared_ptr<Work>& work, gloo::transport::UnboundBuffer& buffer, bool sending,

@@ -26,6 +26,7 @@
 #include "gradmesh/comm/gloo/messages.h"
 #include "gradmesh/comm/gloo/op_watchdog.h"
 #include "gradmesh/comm/gloo/pair_mesh.h"
+#include "gradmesh/comm/gloo/peer_sets.h"
 #include "gradmesh/comm/gloo/point_to_point.h"
 #include "gradmesh/comm/gloo/rendezvous_failure.h"
 #include "gradmesh/comm/gloo/ring_reduce_scatter.h"
@@ -33,6 +34,7 @@
 #include "gradmesh/comm/op_queue.h"
 #include "gradmesh/comm/reduce.h"
 #include "gradmesh/core/bf16.h"
+#include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
 
@@ -53,6 +55,15 @@ constexpr Millis kGlooBackstop{1000};
 // 4.19 ms queued against 3.87 ms inline (8 alternating runs each).
 // How long a healthy group waits at destruction for its peers (say_goodbye()).
 constexpr Millis kGoodbyeWait{5000};
+
+// options.lazy_connections, else GRADMESH_GLOO_LAZY; "auto" connects lazily
+// where a full mesh stops fitting one host's ports (algorithm_choice.h).
+bool uses_lazy_connections(const ProcessGroupOptions& options, int size) {
+  if (options.lazy_connections) return *options.lazy_connections;
+  const std::string mode = env_string("GRADMESH_GLOO_LAZY");
+  if (mode == "auto" || mode.empty()) return size > kSyncMeshMaxRanks;
+  return env_flag("GRADMESH_GLOO_LAZY", false);
+}
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
@@ -102,6 +113,9 @@ class GlooProcessGroup final : public ProcessGroup {
   // Shuts down every connection of both meshes: pending waits fail here and on the peers.
   void shut_down_meshes();
   void run_allreduce(void* data, int64_t count, DType dtype, ReduceOp reduce, Millis wait_timeout);
+  // With lazy connections, connects the pairs to `peers` that are not yet
+  // (pair_mesh.h) and adds them to sockets_; nothing otherwise.
+  void connect_peers(const std::vector<int>& peers);
 
   std::shared_ptr<Store> store_;  // keys under "gloo/<n>/" (sub-groups: "gloo/<n>/sub<k>/")
   const int rank_, size_;
@@ -110,6 +124,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;       // null when size_ == 1
   std::shared_ptr<gloo::rendezvous::Context> sync_context_;  // the same peers in synchronous mode; null when size_ == 1
+  PairMeshContext* lazy_mesh_ = nullptr;  // context_ when it connects lazily: no synchronous mesh then
   // Their connections, for shutting down and probing from any thread; set once in the constructor.
   std::unique_ptr<PairSockets> sockets_, sync_sockets_;
   std::unique_ptr<AllreduceCache> cache_, sync_cache_;
@@ -144,11 +159,24 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
                        [this](const std::string& message) {
                          shut_down_meshes();
                          queue_.mark_broken(message);
-                       }}),
+                       },
+                       [this](int peer) { connect_peers({peer}); }}),
       queue_("gloo group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")") {
   watchdog_ = std::make_unique<OpWatchdog>([this] { shut_down_meshes(); });
   if (size_ == 1) return;
   if (!device_) device_ = create_device(choose_listen_address(options_));
+  if (uses_lazy_connections(options_, size_)) {
+    // One mesh, connected operation by operation: the synchronous mesh would
+    // connect every pair up front again.
+    auto context = std::make_shared<PairMeshContext>(rank_, size_);
+    context->setTimeout(*options_.timeout + kGlooBackstop);
+    context->start_lazy(store_, device_, *options_.timeout);
+    lazy_mesh_ = context.get();
+    context_ = std::move(context);
+    sockets_ = std::make_unique<PairSockets>();
+    cache_ = std::make_unique<AllreduceCache>(context_);
+    return;
+  }
   context_ = connect_mesh(store_, 1);
   sockets_ = std::make_unique<PairSockets>(*context_);
   cache_ = std::make_unique<AllreduceCache>(context_);
@@ -190,6 +218,20 @@ std::shared_ptr<gloo::rendezvous::Context> GlooProcessGroup::connect_mesh(const 
                 without_source_location(e.what()) + rendezvous_failure_hint(e.what(), size_, meshes));
   }
   return context;
+}
+
+void GlooProcessGroup::connect_peers(const std::vector<int>& peers) {
+  if (!lazy_mesh_) return;
+  try {
+    lazy_mesh_->connect_peers(peers, [this](const std::vector<int>& added) { sockets_->add(*context_, added); });
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string listed;
+    for (int peer : peers) listed += (listed.empty() ? "" : ", ") + std::to_string(peer);
+    throw_error(ErrorKind::kComm, "gloo rank " + rank_text(rank_) + " connecting to ranks " + listed,
+                without_source_location(e.what()));
+  }
 }
 
 void GlooProcessGroup::agree_on_synchronous_use() {
@@ -241,6 +283,7 @@ GlooProcessGroup::~GlooProcessGroup() {
     if (in_flight_) shut_down_meshes();
     abandoned = in_flight_ || pending_.load() > 0;
   }
+  if (lazy_mesh_) lazy_mesh_->abort_connecting();
   if (point_to_point_.abort_pending()) abandoned = true;
   if (abandoned) queue_.mark_broken("the group was destroyed with operations still queued or running");
   if (context_) say_goodbye();
@@ -253,14 +296,13 @@ void GlooProcessGroup::say_goodbye() {
   // records in the store that it is done and, while the group is healthy,
   // closes only once all ranks have, or after kGoodbyeWait: the window it
   // protects is the few milliseconds after a peer's last operation, not
-  // whatever the peer computes before it destroys its group.
+  // whatever the peer computes before it destroys its group. One counter,
+  // not a key per rank: each poll is one small command whatever the size.
   try {
-    store_->set("bye/" + std::to_string(rank_), "");
+    store_->add("bye", 1);
     const bool connected = sockets_->all_open() && (!sync_sockets_ || sync_sockets_->all_open());
     if (queue_.broken() || !connected) return;
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back("bye/" + std::to_string(r));
-    poll_until(std::min(*options_.timeout, kGoodbyeWait), [&] { return store_->check(keys); });
+    poll_until(std::min(*options_.timeout, kGoodbyeWait), [&] { return store_->add("bye", 0) >= size_; });
   } catch (const std::exception&) {
     // A store that fails now only costs the protection above.
   }
@@ -382,6 +424,7 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
   float* values = static_cast<float*>(data);
   if (dtype == DType::kBF16) {
     if (!bf16_runs_widened(count, peers_on_this_host_, sync_max_bytes_)) {
+      connect_peers(ring_peers(rank_, size_));
       bf16_ring_allreduce(*context_, static_cast<uint16_t*>(data), count, reduce, wait_timeout, ring_scratch_.bf16);
       return;
     }
@@ -398,6 +441,8 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
     const int64_t piece = std::min(step, count - offset);
     const size_t bytes = static_cast<size_t>(piece) * sizeof(float);
     const auto algorithm = choose_allreduce_algorithm(bytes, size_);
+    connect_peers(algorithm == AllreduceAlgorithm::kHalvingDoubling ? halving_doubling_peers(rank_, size_)
+                                                                    : ring_peers(rank_, size_));
     AllreduceCache& cache = runs_synchronously(bytes, algorithm, sync_max_bytes_) ? *sync_cache_ : *cache_;
     cache.run(algorithm, values + offset, piece, gloo_op);
   }
@@ -431,6 +476,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const Broadcas
   return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), options,
                 [this, held = tensor, root = options.root](const Op& op) mutable {
                   if (size_ == 1 || held.nbytes() == 0) return;
+                  connect_peers(broadcast_peers(rank_, size_, root));
                   gloo::BroadcastOptions opts(context_);
                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
                   opts.setRoot(root);
@@ -455,6 +501,7 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out,
                     if (in_bytes != out_bytes) std::memcpy(out_bytes, in_bytes, held.nbytes());
                     return;
                   }
+                  connect_peers(ring_peers(rank_, size_));
                   gloo::AllgatherOptions opts(context_);
                   opts.setInput(in_bytes, source.nbytes());
                   opts.setOutput(out_bytes, held.nbytes());
@@ -477,6 +524,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
                     std::memcpy(held.raw(), source.raw(), held.nbytes());
                     return;
                   }
+                  connect_peers(ring_peers(rank_, size_));
                   ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
                                       op.gloo_timeout(), ring_scratch_);
                 });
@@ -485,6 +533,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
 std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
   return submit("barrier", "", options, [this](const Op& op) {
     if (size_ == 1) return;
+    connect_peers(barrier_peers(rank_, size_));
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(op.gloo_timeout());
     gloo::barrier(opts);

@@ -23,7 +23,8 @@ std::string rendezvous_failure_hint(const std::string& message, int ranks, int m
            std::to_string(ranks - 1) + " ranks (" + std::to_string(meshes) + (meshes == 1 ? " mesh" : " meshes") +
            "), " + std::to_string(connections) + " connections if all " + std::to_string(ranks) +
            " ranks share one host, against " + range +
-           "; run fewer ranks per host, use the hier backend (one Gloo rank per host), or widen the range";
+           "; connect pairs only when they are used (GRADMESH_GLOO_LAZY=1), run fewer ranks per host, use the " +
+           "hier backend (one Gloo rank per host), or widen the range";
   }
   if (message.find("Too many open files") != std::string::npos) {
     rlimit limit{};

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <gloo/context.h>
 #include <gloo/transport/buffer.h>
+#include <gloo/transport/tcp/context.h>
+#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/pair.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -11,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,19 @@ class PairAccess : public gloo::transport::tcp::Pair {
   static int socket_of(gloo::transport::tcp::Pair& pair) { return pair.*(&PairAccess::fd_); }
 };
 
+class LazyTcpContext final : public gloo::transport::tcp::Context {
+ public:
+  using gloo::transport::tcp::Context::Context;
+
+  std::unique_ptr<gloo::transport::Pair>& getPair(int peer) override {
+    auto& pair = pairs_.at(static_cast<size_t>(peer));
+    if (!pair)
+      throw std::runtime_error("rank " + std::to_string(rank) + " has no connection to rank " + std::to_string(peer) +
+                               ": an operation used a peer its lazy connection step did not connect");
+    return pair;
+  }
+};
+
 bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET) {
@@ -51,20 +67,41 @@ bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
 
 void rebind_send_buffer(gloo::transport::Buffer& buffer, void* ptr) { BufferAccess::set_ptr(buffer, ptr); }
 
+std::shared_ptr<gloo::transport::Context> make_lazy_tcp_context(const std::shared_ptr<gloo::transport::Device>& device,
+                                                                int rank, int size) {
+  auto tcp = std::dynamic_pointer_cast<gloo::transport::tcp::Device>(device);
+  if (!tcp) throw_error(ErrorKind::kComm, "gloo rank " + std::to_string(rank), "lazy connections need a TCP device");
+  return std::make_shared<LazyTcpContext>(std::move(tcp), rank, size);
+}
+
 PairSockets::PairSockets(gloo::Context& context) {
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
+  std::vector<int> peers;
+  for (int peer = 0; peer < context.size; ++peer)
+    if (peer != context.rank) peers.push_back(peer);
+  add(context, peers);
+}
+
+void PairSockets::add(gloo::Context& context, const std::vector<int>& peers) {
+  std::vector<int> added;
+  for (int peer : peers) {
     auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context.getPair(peer).get());
     const int fd = pair ? PairAccess::socket_of(*pair) : -1;
     const int own = fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) {
-      for (int opened : fds_) ::close(opened);
+      for (int opened : added) ::close(opened);
       throw_error(ErrorKind::kComm, "gloo rank " + std::to_string(context.rank),
                   "the connection to rank " + std::to_string(peer) + " is not an open TCP socket" +
                       (fd < 0 ? std::string() : std::string(" (") + std::strerror(errno) + ")"));
     }
-    fds_.push_back(own);
+    added.push_back(own);
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  fds_.insert(fds_.end(), added.begin(), added.end());
+}
+
+size_t PairSockets::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fds_.size();
 }
 
 PairSockets::~PairSockets() {
@@ -74,10 +111,12 @@ PairSockets::~PairSockets() {
 void PairSockets::shut_down() const {
   // Shutdown (unlike close) leaves Gloo's descriptor to Gloo, which closes it
   // when it handles the end-of-file this produces.
+  std::lock_guard<std::mutex> lock(mutex_);
   for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
 }
 
 bool PairSockets::all_open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   for (int fd : fds_) {
     pollfd probe{fd, POLLRDHUP, 0};
     if (::poll(&probe, 1, 0) > 0 && (probe.revents & (POLLRDHUP | POLLHUP | POLLERR))) return false;
@@ -86,6 +125,7 @@ bool PairSockets::all_open() const {
 }
 
 bool PairSockets::all_on_this_host() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   for (int fd : fds_) {
     sockaddr_storage mine{}, theirs{};
     socklen_t mine_length = sizeof mine, their_length = sizeof theirs;

@@ -1,4 +1,4 @@
-// The two places where the gloo backend reaches past Gloo's public API.
+// The three places where the gloo backend reaches past Gloo's public API.
 //
 // Both rely on details of Gloo's TCP transport in Debian's 2022 snapshot
 // (gloo 0.5.0); each is the smallest thing that makes one backend property
@@ -29,15 +29,27 @@
 //   handed out again. A shutdown acts on the socket, so it reaches Gloo's
 //   descriptor too. (An earlier version matched /proc/self/fd against the
 //   pairs' addresses; ThreadSanitizer rightly reported that scan racing with
-//   other threads' close().)
+//   other threads' close().) With lazy connections the pairs connect one
+//   operation at a time, so their descriptors are added the same way, each
+//   while its pair is freshly connected and idle.
+//
+// - make_lazy_tcp_context: a group with lazy connections (pair_mesh.h)
+//   creates its pairs one at a time, so some stay null. Gloo's algorithms
+//   call getPair() and use the result; a null pair would crash the process.
+//   This TCP context derives from Gloo's and overrides the virtual getPair()
+//   to throw an error naming the missing connection instead.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace gloo {
 class Context;
 namespace transport {
 class Buffer;
+class Context;
+class Device;
 }
 }  // namespace gloo
 
@@ -47,6 +59,11 @@ namespace gradmesh::comm::gloo_backend {
 // REQUIRES: no send on `buffer` is in flight (the algorithm's run() returned).
 void rebind_send_buffer(gloo::transport::Buffer& buffer, void* ptr);
 
+// A TCP transport context with no pairs yet, for `device` (a TCP device);
+// getPair() of a rank with no pair throws std::runtime_error naming both ranks.
+std::shared_ptr<gloo::transport::Context> make_lazy_tcp_context(const std::shared_ptr<gloo::transport::Device>& device,
+                                                                int rank, int size);
+
 // The TCP connections of one connected Gloo context, through descriptors of
 // its own (duplicates, closed by the destructor).
 // Thread-safety: after construction every member may be called from any thread.
@@ -55,10 +72,17 @@ class PairSockets {
   // REQUIRES: context.connectFullMesh() returned and no operation has run yet.
   // Error(kComm) if a pair is not a connected TCP pair.
   explicit PairSockets(gloo::Context& context);
+  // None yet: a group with lazy connections adds them as they connect.
+  PairSockets() = default;
   ~PairSockets();
   PairSockets(const PairSockets&) = delete;
   PairSockets& operator=(const PairSockets&) = delete;
 
+  // Adds the pairs to `peers`, connected just now and not used yet.
+  // Error(kComm) as the constructor.
+  void add(gloo::Context& context, const std::vector<int>& peers);
+  // How many connections it holds.
+  size_t count() const;
   // Shuts down (does not close) every connection: every pending Gloo wait on
   // them fails, here and on the peers.
   void shut_down() const;
@@ -70,7 +94,8 @@ class PairSockets {
   bool all_on_this_host() const;
 
  private:
-  std::vector<int> fds_;  // one per peer
+  mutable std::mutex mutex_;  // add() may run while another thread shuts the connections down
+  std::vector<int> fds_;      // one per connected peer
 };
 
 }  // namespace gradmesh::comm::gloo_backend
