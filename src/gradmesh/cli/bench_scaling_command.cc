@@ -296,8 +296,10 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   const double hd = scaling::halving_doubling_limit(samples);
   // Every probe (and emulated host) ran on this machine's cores: the fit
   // takes the time-sharing out, and `here` puts it back for the probes.
-  study.here = scaling::fit_step_model(study.probes, measured, buckets, hd, static_cast<int>(cores));
-  study.here.communicate_every = std::max<int64_t>(config.parallel.local_steps, 1);
+  scaling::StepModel shape;
+  shape.communicate_every = std::max<int64_t>(config.parallel.local_steps, 1);
+  shape.overlaps_backward = config.parallel.local_steps <= 1 && config.parallel.compression != "powersgd";
+  study.here = scaling::fit_step_model(study.probes, measured, buckets, hd, static_cast<int>(cores), shape);
   study.here_link = cluster ? "gloo between " + std::to_string(cluster->hosts()) + " emulated hosts on " + args.link_rate +
                                   " links, fitted: " + scaling::describe_link(measured)
                             : backend + " on this machine, fitted: " + scaling::describe_link(measured);

@@ -84,6 +84,10 @@ struct StepModel {
   // The all-reduces run once every this many steps (parallel.local_steps:
   // parameters every H steps), so a step pays 1/H of them.
   int64_t communicate_every = 1;
+  // Whether communication can run during backward. The bucketed all-reduce
+  // does; PowerSGD (which needs every gradient) and local SGD's
+  // synchronisation run after the step, so their overlap stays 0.
+  bool overlaps_backward = true;
   // The backend's choice per size: at or below this many bytes halving-doubling, above it ring.
   double halving_doubling_up_to = 0;
   // Cores the workers share (0: every worker has cores of its own). Workers

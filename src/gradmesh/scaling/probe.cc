@@ -28,7 +28,7 @@ ProbeMeasurement read_probe(const std::string& metrics_path, int workers, int64_
   ProbeMeasurement p;
   p.workers = workers;
   p.global_batch = global_batch;
-  double rate_sum = 0;
+  double step_time_sum = 0;  // seconds: the mean of step times, not of rates (local SGD's windows differ 10x)
   int64_t events = 0, last_step = warmup_steps;
   std::string line;
   for (int64_t number_of_line = 1; std::getline(in, line); ++number_of_line) {
@@ -55,7 +55,7 @@ ProbeMeasurement read_probe(const std::string& metrics_path, int workers, int64_
     p.optimizer_s += w * number(j, "optimizer_ms", where) / 1e3;
     const double rate = number(j, "samples_per_s", where);
     if (!(rate > 0)) throw_error(ErrorKind::kFormat, where, "samples_per_s is not positive");
-    rate_sum += w * rate;
+    step_time_sum += w * static_cast<double>(global_batch) / rate;
     ++events;
   }
   if (events == 0 || p.steps == 0)
@@ -63,7 +63,7 @@ ProbeMeasurement read_probe(const std::string& metrics_path, int workers, int64_
                 "no step was logged after the " + std::to_string(warmup_steps) + " warm-up steps; run more steps");
   const double n = static_cast<double>(p.steps);
   p.data_s /= n, p.forward_s /= n, p.backward_s /= n, p.exposed_s /= n, p.optimizer_s /= n;
-  p.step_s = static_cast<double>(global_batch) / (rate_sum / n);
+  p.step_s = step_time_sum / n;
   return p;
 }
 
@@ -103,10 +103,13 @@ double halving_doubling_limit(const std::vector<AllreduceSample>& samples) {
 }
 
 StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const LinkCost& link,
-                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores) {
+                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores,
+                         const StepModel& shape) {
   GRADMESH_CHECK(!probes.empty(), "at least one probe");
   StepModel m;
   m.shared_cores = shared_cores;
+  m.communicate_every = std::max<int64_t>(shape.communicate_every, 1);
+  m.overlaps_backward = shape.overlaps_backward;
   m.link = link;
   m.bucket_bytes = bucket_bytes;
   m.halving_doubling_up_to = hd_limit;
@@ -133,7 +136,7 @@ StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const Link
     overlap += window > 0 ? std::clamp((comm - p.exposed_s) / window, 0.0, 1.0) : 0.0;
     ++several;
   }
-  m.overlap = several > 0 ? overlap / several : 0;
+  m.overlap = several > 0 && m.overlaps_backward ? overlap / several : 0;
   return m;
 }
 

@@ -46,7 +46,10 @@ double halving_doubling_limit(const std::vector<AllreduceSample>& samples);
 // `hd_limit` come from the communication probe or the user.
 // `shared_cores`: the cores the probes' workers shared (0: a core or more
 // each); each probe's times are divided by its sharing before the fit.
+// `shape` gives communicate_every and overlaps_backward (StepModel), which
+// the overlap's fit needs; its other fields are ignored.
 StepModel fit_step_model(const std::vector<ProbeMeasurement>& probes, const LinkCost& link,
-                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores = 0);
+                         const std::vector<double>& bucket_bytes, double hd_limit, int shared_cores = 0,
+                         const StepModel& shape = {});
 
 }  // namespace gradmesh::scaling

@@ -550,10 +550,11 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   // With several ranks the global loss is known at log steps; until the
   // first one, this rank's share scaled by the world size estimates it.
   if (!multi_rank(world_) || s_.step <= tc_.log_every) s_.last_loss = loss * dp_size_;
-  if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
   const bool due = !stop && (collective_checkpoints() ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
                                                      : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds()));
+  // Before the log: the interval that ends with a synchronisation counts its time.
   if (local_sgd_) synchronize_local_steps(stop || due);
+  if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
   if (stop) return stop_here();
   if (due) save_checkpoint(false);
 }
