@@ -14,6 +14,7 @@
 #include <new>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::checkpoint {
 namespace {
@@ -159,7 +160,7 @@ void fsync_directory(const std::string& dir) {
 }
 
 void make_directory(const std::string& path) {
-  if (::mkdir(path.c_str(), 0777) != 0) throw_io_error("cannot create directory", path, errno);
+  if (::mkdir(path.c_str(), kPrivateDirMode) != 0) throw_io_error("cannot create directory", path, errno);
 }
 
 void rename_path(const std::string& from, const std::string& to) {

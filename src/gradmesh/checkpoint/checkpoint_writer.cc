@@ -16,6 +16,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::checkpoint {
 namespace {
@@ -151,7 +152,7 @@ CheckpointWriter::CheckpointWriter(CheckpointOptions options) : options_(std::mo
   }
   read_pause_knob(&pause_point_, &pause_seconds_);
   std::error_code error;
-  std::filesystem::create_directories(options_.dir, error);
+  create_private_directories(options_.dir, error);
   if (error || !is_directory(options_.dir)) {
     throw_error(ErrorKind::kIo, options_.dir,
                 "cannot create the checkpoint directory: " + (error ? error.message() : std::string("not a directory")));
@@ -259,7 +260,7 @@ void CheckpointWriter::save_part(const Snapshot& snapshot, SaveResult* result) {
   check_snapshot(snapshot);
   const std::string parts = parts_dir(options_.dir, snapshot.step);
   std::error_code error;
-  std::filesystem::create_directories(parts, error);
+  create_private_directories(parts, error);
   if (error) throw_io_error("cannot create directory", parts, error.value());
   for (const TensorFile& file : snapshot.tensor_files) {
     const std::string base = parts + "/" + file.name;

@@ -28,6 +28,7 @@
 #include "gradmesh/train/model_factory.h"
 #include "gradmesh/train/rank_setup.h"
 #include "gradmesh/train/training_data.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::cli {
 namespace {
@@ -78,7 +79,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
     ::setpgid(0, 0);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, kPrivateFileMode);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);

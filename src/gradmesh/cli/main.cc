@@ -12,6 +12,7 @@
 #include "gradmesh/cli/serve_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/private_files.h"
 
 namespace {
 
@@ -22,6 +23,8 @@ constexpr const char* kDescription =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Runs, checkpoints, stores and logs are the owner's only (core/private_files.h).
+  gradmesh::restrict_new_files_to_owner();
   CLI::App app{kDescription, "gradmesh"};
   app.set_version_flag("--version", "gradmesh " GRADMESH_VERSION);
   app.require_subcommand(1);

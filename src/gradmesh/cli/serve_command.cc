@@ -15,6 +15,7 @@
 #include "gradmesh/cli/serve_shards.h"
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/secret.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
@@ -110,19 +111,6 @@ std::string checkpoints_dir_of(const std::string& path) {
   return "";
 }
 
-std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw_error(ErrorKind::kIo, path, "cannot read the token file");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token = text.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  if (token.empty()) throw_error(ErrorKind::kUsage, path, "the token file is empty");
-  for (char c : token)
-    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)))
-      throw_error(ErrorKind::kUsage, path, "the token may not contain spaces or control characters");
-  return token;
-}
 
 // SIGTERM and SIGINT write their number to a pipe, which a thread reads to
 // drain the server: a handler may run on any thread (the BLAS library's
@@ -202,7 +190,7 @@ int run_serve(ServeArgs args) {
   ::sigaction(SIGINT, &action, nullptr);
 
   kernels::set_num_threads(static_cast<int>(args.threads));
-  if (!args.token_file.empty()) args.server.token = read_token(args.token_file);
+  if (!args.token_file.empty()) args.server.token = read_secret_file(args.token_file, "--token-file");
   args.server.max_body_bytes = args.max_body_mb << 20;
   std::vector<std::shared_ptr<serve::ServedModel>> models;
   std::shared_ptr<serve::ShardedGpt> sharded;

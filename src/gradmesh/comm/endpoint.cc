@@ -115,6 +115,19 @@ std::string redact_endpoint(const std::string& endpoint) {
   return endpoint.substr(0, begin) + user + ":***" + endpoint.substr(at);
 }
 
+std::string endpoint_without_password(const std::string& endpoint) {
+  const size_t scheme_end = endpoint.find("://");
+  if (scheme_end == std::string::npos) return endpoint;
+  const size_t begin = scheme_end + 3;
+  const size_t at = endpoint.rfind('@');
+  if (at == std::string::npos || at < begin) return endpoint;
+  const std::string userinfo = endpoint.substr(begin, at - begin);
+  const size_t colon = userinfo.find(':');
+  if (colon == std::string::npos) return endpoint;
+  const std::string user = userinfo.substr(0, colon);
+  return endpoint.substr(0, begin) + (user.empty() ? "" : user + ":@") + endpoint.substr(at + 1);
+}
+
 StoreEndpoint parse_store_endpoint(const std::string& endpoint) {
   size_t scheme_end = endpoint.find("://");
   if (scheme_end == std::string::npos) bad_endpoint(endpoint, "");

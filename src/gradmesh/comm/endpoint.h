@@ -39,6 +39,11 @@ StoreEndpoint parse_store_endpoint(const std::string& endpoint);
 // The endpoint with any user-info password replaced by "***", for messages.
 std::string redact_endpoint(const std::string& endpoint);
 
+// The endpoint without its user-info password (a user name stays, as
+// redis://user:@host): the launcher hands its workers the store without the
+// password in GRADMESH_STORE (parse_store_endpoint() gives the password).
+std::string endpoint_without_password(const std::string& endpoint);
+
 // "redis://host:port/db" with IPv6 hosts in brackets.
 std::string describe_redis(const std::string& host, int port, int db);
 

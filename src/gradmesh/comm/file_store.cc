@@ -16,6 +16,7 @@
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -31,7 +32,7 @@ std::string os_error(int err) { return std::strerror(err); }
 class DirLock {
  public:
   DirLock(const std::string& path, const std::string& store) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
     if (fd_ < 0) throw_error(ErrorKind::kIo, store, "cannot open lock file " + path + ": " + os_error(errno));
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
@@ -62,11 +63,11 @@ FileStore::FileStore(const std::string& dir) {
   path = std::filesystem::absolute(path, ec);
   dir_ = path.string();
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
-  std::filesystem::create_directories(dir_, ec);
+  create_private_directories(dir_, ec);
   if (ec) throw_error(ErrorKind::kIo, describe(), "cannot create the store directory: " + ec.message());
   if (!std::filesystem::is_directory(dir_, ec))
     throw_error(ErrorKind::kIo, describe(), "exists but is not a directory; pick another path");
-  int fd = ::open((dir_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open((dir_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
   if (fd < 0)
     throw_error(ErrorKind::kIo, describe(),
                 "the store directory is not writable (" + os_error(errno) + "); check its permissions");
@@ -134,7 +135,7 @@ std::string FileStore::write_temp(const std::string& key, const std::string& val
     // Names start with '.', so they never look like a key's file. Processes
     // in other PID namespaces may share a pid: O_EXCL turns that into a retry.
     temp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kPrivateFileMode);
   } while (fd < 0 && errno == EEXIST);
   if (fd < 0) fail("create", errno, -1);
   size_t done = 0;

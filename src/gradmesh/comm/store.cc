@@ -4,6 +4,7 @@
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/core/env.h"
+#include "gradmesh/core/secret.h"
 
 namespace gradmesh::comm {
 
@@ -38,8 +39,12 @@ std::string PrefixStore::describe() const { return inner_->describe() + " (keys 
 std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout) {
   StoreEndpoint parsed = parse_store_endpoint(endpoint);
   if (parsed.scheme == StoreEndpoint::Scheme::kFile) return std::make_shared<FileStore>(parsed.path);
-  // The environment keeps the password out of process listings (ps shows argv).
+  // A file or the environment keeps the password out of process listings
+  // (ps shows argv); a file (a mounted Secret) keeps it out of environment dumps too.
   std::string password = parsed.password.empty() ? env_string("GRADMESH_REDIS_PASSWORD") : parsed.password;
+  const std::string password_file = env_string("GRADMESH_REDIS_PASSWORD_FILE");
+  if (password.empty() && !password_file.empty())
+    password = read_secret_file(password_file, "GRADMESH_REDIS_PASSWORD_FILE");
   return std::make_shared<RedisStore>(parsed.host, parsed.port, password, parsed.db, connect_timeout, parsed.user);
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh {
 namespace {
@@ -31,7 +32,7 @@ class TempFile {
     // run (same pid reused) is skipped rather than truncated or followed.
     for (int attempt = 0; attempt < 100; ++attempt) {
       path_ = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-      const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kPrivateFileMode);
       if (fd >= 0) {
         stream_ = ::fdopen(fd, "wb");
         if (stream_ == nullptr) {

@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
 
 extern char** environ;
@@ -12,7 +13,10 @@ EnvVars worker_variables(const RankAssignment& a, int local_rank, const RunIdent
   GRADMESH_CHECK(local_rank >= 0 && local_rank < a.local_world_size, "local rank out of range");
   const std::string rank = std::to_string(a.global_rank(local_rank));
   const std::string world = std::to_string(a.world_size);
-  return {
+  // The store's password, if its endpoint carried one, goes in the
+  // environment rather than in GRADMESH_STORE, which logs and tools show.
+  const std::string store = comm::endpoint_without_password(run.store_endpoint);
+  EnvVars vars = {
       {"RANK", rank},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"WORLD_SIZE", world},
@@ -27,11 +31,16 @@ EnvVars worker_variables(const RankAssignment& a, int local_rank, const RunIdent
       {"TORCHELASTIC_RUN_ID", run.run_id},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(run.generation)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(run.max_restarts)},
-      {"GRADMESH_STORE", run.store_endpoint},
+      {"GRADMESH_STORE", store},
       {"GRADMESH_RUN_ID", run.run_id},
       {"GRADMESH_GENERATION", std::to_string(run.generation)},
       {"GRADMESH_REPLACEMENT", run.replacement ? "1" : "0"},
   };
+  if (store != run.store_endpoint) {
+    const std::string password = comm::parse_store_endpoint(run.store_endpoint).password;
+    if (!password.empty()) vars.emplace_back("GRADMESH_REDIS_PASSWORD", password);
+  }
+  return vars;
 }
 
 std::vector<std::string> merge_environment(const std::vector<std::string>& base, const EnvVars& vars) {

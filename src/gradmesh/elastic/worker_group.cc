@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -50,7 +51,7 @@ void WorkerGroup::open_log(Worker& w, bool truncate) const {
   if (log_dir_.empty()) return;
   const std::string path = log_dir_ + "/rank_" + std::to_string(w.spec.rank) + ".log";
   const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0);
-  w.log_fd = ::open(path.c_str(), flags, 0644);
+  w.log_fd = ::open(path.c_str(), flags, kPrivateFileMode);
   if (w.log_fd < 0)
     throw_error(ErrorKind::kIo, path, std::string("cannot open the rank's log file: ") + std::strerror(errno) +
                                           "; check --log-dir");
@@ -59,7 +60,7 @@ void WorkerGroup::open_log(Worker& w, bool truncate) const {
 void WorkerGroup::start(const SignalRelay& relay) {
   if (!log_dir_.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(log_dir_, ec);
+    create_private_directories(log_dir_, ec);
     if (ec) throw_error(ErrorKind::kIo, log_dir_, "cannot create the log directory: " + ec.message() + "; check --log-dir");
   }
   // A failure part-way leaves the started workers to the destructor, which kills them.

@@ -19,6 +19,7 @@
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
+#include "gradmesh/core/secret.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::serve {
@@ -28,13 +29,6 @@ using Json = nlohmann::json;
 
 // Seconds from 100 us to about 13 s.
 std::vector<double> latency_bounds() { return obs::exponential_bounds(1e-4, 2, 18); }
-
-// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0;
-}
 
 Json spec_json(const TensorSpec& s) {
   return {{"name", s.name}, {"datatype", datatype_name(s.datatype)}, {"shape", s.shape}};

@@ -1,12 +1,17 @@
 #include "gradmesh/train/run_dir.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <random>
 #include <system_error>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::train {
 
@@ -27,11 +32,12 @@ std::string create_run_dir(const std::string& parent, const std::string& id, boo
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(parent) / id;
   std::error_code ec;
-  fs::create_directories(parent, ec);
+  create_private_directories(parent, ec);
   if (ec) throw_error(ErrorKind::kIo, parent, "cannot create the output directory: " + ec.message());
-  if (!fs::create_directory(dir, ec)) {
-    if (!ec && reuse) return dir.string();
-    if (ec) throw_error(ErrorKind::kIo, dir.string(), "cannot create the run directory: " + ec.message());
+  if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
+    if (errno == EEXIST && reuse && fs::is_directory(dir, ec)) return dir.string();
+    if (errno != EEXIST)
+      throw_error(ErrorKind::kIo, dir.string(), std::string("cannot create the run directory: ") + std::strerror(errno));
     throw_error(ErrorKind::kConfig, dir.string(),
                 "run directory already exists; choose another output.run_id, remove it, or continue it with --resume auto");
   }

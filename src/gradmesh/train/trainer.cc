@@ -32,6 +32,7 @@
 #include "gradmesh/train/stop_request.h"
 #include "gradmesh/train/training_state.h"
 #include "gradmesh/train/train_step.h"
+#include "gradmesh/core/private_files.h"
 
 namespace gradmesh::train {
 namespace {
@@ -355,7 +356,10 @@ void TrainingRun::open_outputs() {
       loaded = std::move(plan.checkpoint);
       return create_run_dir(plan.parent, plan.id, plan.reuse);
     }, "run directory");
-    if (!leader_) std::filesystem::create_directories(summary_.run_dir);
+    if (!leader_) {
+      std::error_code ignored;  // the writes that follow report a directory that could not be made
+      create_private_directories(summary_.run_dir, ignored);
+    }
     resumed = prepared_.whole ? resume_split_ranks(world_, loaded, *prepared_.whole, model(), *optimizer_, state)
                               : resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
     if (communication_state()) {
