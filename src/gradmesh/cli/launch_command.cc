@@ -60,6 +60,15 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
                      "Elastic --nnodes: seconds the rendezvous waits for more nodes once MIN joined")
       ->capture_default_str()
       ->type_name("SECONDS");
+  launch->add_option("--agent-port", a.agent_port,
+                     "Serve the agent's /healthz, /readyz and /status on this port (0: a free one; default: none)")
+      ->type_name("PORT");
+  launch->add_option("--agent-host", a.agent_host, "Address the agent's endpoints listen on")
+      ->capture_default_str()
+      ->type_name("ADDR");
+  launch->add_option("--token-file", a.token_file,
+                     "A file holding the bearer token the agent's endpoints require (as gradmesh serve's)")
+      ->type_name("FILE");
   launch->add_flag("--standalone", a.standalone, "One node with its own store (the default; accepted for torchrun)");
   launch->add_option("command", a.command, "The worker command and its arguments (after --)")->type_name("COMMAND");
   return launch;
@@ -88,6 +97,9 @@ int run_launch(const LaunchArgs& a) {
   o.heartbeat_timeout_s =
       seconds_flag(a.heartbeat_timeout, "--heartbeat-timeout", 0, elastic::kMaxHeartbeatTimeoutSeconds);
   o.rdzv_last_call_s = seconds_flag(a.rdzv_last_call, "--rdzv-last-call", 0, elastic::kMaxLastCallSeconds);
+  o.agent_port = a.agent_port;
+  o.agent_host = a.agent_host;
+  o.token_file = a.token_file;
   o.command = a.command;
   return elastic::run_launcher(o);
 }

@@ -28,6 +28,9 @@ struct LaunchArgs {
   std::string heartbeat_timeout = "60";  // seconds; 0 = off
   std::string rdzv_last_call = "5";      // seconds
   bool standalone = false;
+  int agent_port = -1;
+  std::string agent_host = "127.0.0.1";
+  std::string token_file;
   std::vector<std::string> command;
 };
 

@@ -9,6 +9,7 @@
 #include "gradmesh/cli/generate_command.h"
 #include "gradmesh/cli/launch_command.h"
 #include "gradmesh/cli/plan_command.h"
+#include "gradmesh/cli/probe_command.h"
 #include "gradmesh/cli/serve_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
@@ -207,6 +208,13 @@ int main(int argc, char** argv) {
   gradmesh::cli::LaunchArgs launch_args;
   CLI::App* launch = gradmesh::cli::add_launch_command(app, launch_args);
 
+  gradmesh::cli::ProbeArgs probe_args;
+  CLI::App* probe = app.add_subcommand(
+      "probe", "GET an endpoint (the agent's /healthz or /readyz, serve's health): exit 0 on 2xx, else 1");
+  probe->add_option("url", probe_args.url, "http://host:port/path")->required();
+  probe->add_option("--token-file", probe_args.token_file, "A file holding the bearer token to send")->type_name("FILE");
+  probe->add_option("--timeout", probe_args.timeout, "Seconds to wait for the answer")->capture_default_str()->type_name("SECONDS");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -233,6 +241,7 @@ int main(int argc, char** argv) {
     if (*docs_config) return gradmesh::cli::run_config_docs();
     if (*docs_env) return gradmesh::cli::run_env_docs();
     if (*launch) return gradmesh::cli::run_launch(launch_args);
+    if (*probe) return gradmesh::cli::run_probe(probe_args);
   } catch (const gradmesh::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "gradmesh: error: %s\n", e.what());

@@ -88,6 +88,10 @@ std::string fresh_run_id() {
 void validate_launch_options(const LaunchOptions& o) {
   if (o.command.empty())
     throw_error(ErrorKind::kUsage, "launch", std::string("no command to run; ") + kUsageLine);
+  if (o.agent_port < -1 || o.agent_port > 65535)
+    throw_error(ErrorKind::kUsage, "--agent-port", "expected 0 (a free port) to 65535, got " + std::to_string(o.agent_port));
+  if (!o.token_file.empty() && o.agent_port < 0)
+    throw_error(ErrorKind::kUsage, "--token-file", "protects the agent's endpoints; give --agent-port too");
   if (o.nnodes < 1) throw_error(ErrorKind::kUsage, "--nnodes", "expected at least 1, got " + std::to_string(o.nnodes));
   if (o.nproc_per_node < 1 || o.nproc_per_node > kMaxProcPerNode)
     throw_error(ErrorKind::kUsage, "--nproc-per-node",

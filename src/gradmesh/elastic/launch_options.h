@@ -32,6 +32,10 @@ struct LaunchOptions {
   // Exit 0, not 128 + N, when signal N stopped the job and every worker
   // exited 0 (gradmesh serve --nproc: SIGTERM drains the server).
   bool clean_signal_stop_succeeds = false;
+  // The agent's HTTP endpoints (agent_http.h): -1 = none, 0 = a free port.
+  int agent_port = -1;
+  std::string agent_host = "127.0.0.1";
+  std::string token_file;  // their bearer token; empty = none
 };
 
 struct NodeRange {

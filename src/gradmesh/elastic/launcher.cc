@@ -13,6 +13,9 @@
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
+#include "gradmesh/core/secret.h"
+#include "gradmesh/elastic/agent_http.h"
+#include "gradmesh/elastic/agent_status.h"
 #include "gradmesh/elastic/rank_assignment.h"
 #include "gradmesh/elastic/restart_budget.h"
 #include "gradmesh/elastic/restart_record.h"
@@ -177,7 +180,9 @@ std::string rank_range(const RankAssignment& a) {
 // One generation: rendezvous, start, supervise until every worker exited.
 // nullopt: this node came too late for the generation.
 std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store,
-                                           int generation, SignalRelay& relay, RestartBudget& budget) {
+                                           int generation, SignalRelay& relay, RestartBudget& budget,
+                                           AgentStatus& status) {
+  status.rendezvous(generation);
   const auto agent_store = std::make_shared<comm::PrefixStore>(store, generation_prefix(ctx, generation) + "/agent");
   const std::optional<RankAssignment> joined = rendezvous(ctx, *agent_store, relay);
   if (!joined) return std::nullopt;
@@ -189,6 +194,7 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
            ", store " + comm::redact_endpoint(ctx.endpoint));
   WorkerGroup group(worker_specs(ctx, a, generation), ctx.options.log_dir, generation == 0);
   group.start(relay);
+  status.running(generation, a.node_rank, a.local_world_size);
   SupervisorSettings settings;
   settings.node_rank = a.node_rank;
   settings.nnodes = a.nnodes;
@@ -238,42 +244,63 @@ std::optional<int> plan_restart(const LaunchOptions& o, const GroupOutcome& outc
   return next;
 }
 
+// The agent's endpoints, when asked for (--agent-port).
+std::unique_ptr<AgentHttpServer> start_agent_endpoints(const LaunchOptions& o,
+                                                       const std::shared_ptr<const AgentStatus>& status) {
+  if (o.agent_port < 0) return nullptr;
+  AgentHttpOptions http;
+  http.host = o.agent_host;
+  http.port = o.agent_port;
+  if (!o.token_file.empty()) http.token = read_secret_file(o.token_file, "--token-file");
+  auto server = std::make_unique<AgentHttpServer>(http, status);
+  say("agent endpoints at " + server->url() + " (/healthz, /readyz, /status" +
+      (http.token.empty() ? ")" : "; bearer token required)"));
+  return server;
+}
+
 }  // namespace
 
 int run_launcher(const LaunchOptions& options) {
   validate_launch_options(options);
   OwnedStoreDir owned_store;
   const LaunchContext ctx = resolve(options, owned_store);
+  const auto status = std::make_shared<AgentStatus>(ctx.run_id);
+  const std::unique_ptr<AgentHttpServer> endpoints = start_agent_endpoints(options, status);
   const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint);
   SignalRelay relay;
   RestartBudget budget(store, ctx.run_id, options.max_restarts);
+  const auto finish = [&](int code, const std::string& message) {
+    status->finished(code, message);
+    return code;
+  };
   for (int generation = starting_generation(ctx, *store);;) {
     std::optional<GroupOutcome> outcome;
     try {
-      outcome = run_generation(ctx, store, generation, relay, budget);
+      outcome = run_generation(ctx, store, generation, relay, budget, *status);
       if (!outcome) {
         if (!wait_for_next_generation(ctx, *store, generation, relay)) {
           say("run '" + ctx.run_id + "' finished before this node could join");
-          return 0;
+          return finish(0, "the run finished before this node could join");
         }
         ++generation;
         continue;
       }
     } catch (const Interrupted& interrupted) {
       say("received " + signal_name(interrupted.signal) + " during the rendezvous; no workers were running");
-      return 128 + interrupted.signal;
+      return finish(128 + interrupted.signal, "stopped by " + signal_name(interrupted.signal));
     }
     if (outcome->exit_code == 0) {
       log_info("launch: all workers of run '" + ctx.run_id + "' exited with status 0");
       mark_finished(ctx, *store, 0);
-      return 0;
+      return finish(0, "every worker exited with status 0");
     }
     const std::optional<int> next = plan_restart(options, *outcome, budget);
     if (!next) {
       // A node stopped by a signal leaves the job to the others; a job that gave up is over.
       if (outcome->worker_failed || outcome->peer_failed) mark_finished(ctx, *store, outcome->exit_code);
-      return outcome->exit_code;
+      return finish(outcome->exit_code, outcome->message);
     }
+    status->restarting(outcome->message);
     generation = *next;
   }
 }

@@ -478,6 +478,12 @@ InferenceServer::~InferenceServer() { stop(); }
 
 int InferenceServer::bind() {
   const ServerOptions& o = impl_->options;
+  // SO_REUSEADDR only: with httplib's SO_REUSEPORT a second server on the
+  // same port would bind too and take half the requests.
+  impl_->http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host)
                                : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port <= 0)

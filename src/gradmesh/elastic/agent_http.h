@@ -1,0 +1,43 @@
+// The agent's HTTP endpoints: what Kubernetes' liveness and readiness probes
+// (through `gradmesh probe`) and an operator ask a node's `gradmesh launch`.
+//
+//   GET /healthz  200 while the agent runs: liveness
+//   GET /readyz   200 while this node's workers run, else 503: readiness
+//   GET /status   the phase, run id, node rank, generation, workers, restarts
+//
+// Bodies are JSON. The server binds 127.0.0.1 unless told otherwise (a
+// probe runs inside the pod; nothing outside it needs these), and with a
+// token every endpoint asks for "Authorization: Bearer <token>", as
+// `gradmesh serve --token-file` does; a wrong or missing token is 401.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gradmesh/elastic/agent_status.h"
+
+namespace gradmesh::elastic {
+
+struct AgentHttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;       // 0: any free port (port() tells which)
+  std::string token;  // empty: no authentication
+};
+
+class AgentHttpServer {
+ public:
+  // Listens before it returns; Error(kIo) naming host:port when it cannot bind.
+  AgentHttpServer(const AgentHttpOptions& options, std::shared_ptr<const AgentStatus> status);
+  ~AgentHttpServer();
+  AgentHttpServer(const AgentHttpServer&) = delete;
+  AgentHttpServer& operator=(const AgentHttpServer&) = delete;
+
+  int port() const;
+  std::string url() const;  // "http://127.0.0.1:PORT"
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradmesh::elastic

@@ -1,0 +1,57 @@
+#include "gradmesh/elastic/agent_status.h"
+
+namespace gradmesh::elastic {
+
+const char* agent_phase_name(AgentPhase phase) {
+  switch (phase) {
+    case AgentPhase::kRendezvous: return "rendezvous";
+    case AgentPhase::kRunning: return "running";
+    case AgentPhase::kRestarting: return "restarting";
+    case AgentPhase::kFinished: return "finished";
+  }
+  return "?";
+}
+
+AgentStatus::AgentStatus(std::string run_id) { state_.run_id = std::move(run_id); }
+
+void AgentStatus::rendezvous(int generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.phase = AgentPhase::kRendezvous;
+  state_.generation = generation;
+  state_.message.clear();
+}
+
+void AgentStatus::running(int generation, int node_rank, int workers) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.restarts = generation;  // the job's generations count its restarts
+  state_.phase = AgentPhase::kRunning;
+  state_.generation = generation;
+  state_.node_rank = node_rank;
+  state_.workers = workers;
+  state_.message.clear();
+}
+
+void AgentStatus::restarting(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.phase = AgentPhase::kRestarting;
+  state_.message = why;
+}
+
+void AgentStatus::finished(int exit_code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.phase = AgentPhase::kFinished;
+  state_.exit_code = exit_code;
+  state_.message = message;
+}
+
+AgentSnapshot AgentStatus::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_;
+}
+
+bool AgentStatus::ready() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_.phase == AgentPhase::kRunning;
+}
+
+}  // namespace gradmesh::elastic
