@@ -24,16 +24,27 @@ if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)  # the PyTorch anchor in bench/
 fi
 
+# The deployment checks (tests/deploy): Node.js for the offline schema
+# validator and kubectl for kustomize, each only where the machine has none.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-echo "installing: ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The validator's pinned packages (deploy/k8s/validate/package-lock.json).
+# Without the npm registry the deployment tests skip, saying so.
+validate="$(dirname "$0")/../deploy/k8s/validate"
+if command -v npm >/dev/null 2>&1 && [[ ! -d "$validate/node_modules/kubernetes-models" ]]; then
+  (cd "$validate" && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: npm ci in deploy/k8s/validate failed; the Kubernetes manifest tests will skip"
+fi

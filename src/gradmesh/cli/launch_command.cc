@@ -1,5 +1,8 @@
 #include "gradmesh/cli/launch_command.h"
 
+#include <cstdlib>
+#include <optional>
+
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
@@ -17,6 +20,31 @@ constexpr const char* kFooter =
 // Flag values in seconds, by the grammar of core/parse_number.h.
 double seconds_flag(const std::string& text, const char* flag, double min, double max) {
   return parse_double(text, flag, min, max, ErrorKind::kUsage);
+}
+
+// The flags the command line left out, from the PET_* variables that
+// torchrun reads and Kubeflow's PyTorchJob sets (PET_NNODES, PET_NODE_RANK,
+// ...). The store is always --rdzv-endpoint: PyTorchJob's PET_RDZV_ENDPOINT
+// names a c10d TCP store, which gradmesh does not speak.
+LaunchArgs with_operator_environment(const LaunchArgs& given) {
+  LaunchArgs a = given;
+  const auto unset = [&](const char* flag) { return a.parsed == nullptr || a.parsed->count(flag) == 0; };
+  const auto env = [](const char* name) -> std::optional<std::string> {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    return std::string(value);
+  };
+  if (unset("--nnodes"))
+    if (auto v = env("PET_NNODES")) a.nnodes = *v;
+  if (unset("--nproc-per-node"))
+    if (auto v = env("PET_NPROC_PER_NODE")) a.nproc_per_node = *v;
+  if (unset("--rdzv-id"))
+    if (auto v = env("PET_RDZV_ID")) a.rdzv_id = *v;
+  if (unset("--node-rank"))
+    if (auto v = env_int("PET_NODE_RANK", 0, 1'000'000)) a.node_rank = static_cast<int>(*v);
+  if (unset("--max-restarts"))
+    if (auto v = env_int("PET_MAX_RESTARTS", 0, 1'000'000)) a.max_restarts = static_cast<int>(*v);
+  return a;
 }
 
 }  // namespace
@@ -71,10 +99,12 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
       ->type_name("FILE");
   launch->add_flag("--standalone", a.standalone, "One node with its own store (the default; accepted for torchrun)");
   launch->add_option("command", a.command, "The worker command and its arguments (after --)")->type_name("COMMAND");
+  a.parsed = launch;
   return launch;
 }
 
-int run_launch(const LaunchArgs& a) {
+int run_launch(const LaunchArgs& given) {
+  const LaunchArgs a = with_operator_environment(given);
   elastic::LaunchOptions o;
   const elastic::NodeRange nodes = elastic::parse_nnodes(a.nnodes);
   o.nnodes = nodes.max;

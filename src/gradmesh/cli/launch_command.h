@@ -32,6 +32,7 @@ struct LaunchArgs {
   std::string agent_host = "127.0.0.1";
   std::string token_file;
   std::vector<std::string> command;
+  const CLI::App* parsed = nullptr;  // set by add_launch_command: which flags the command line gave
 };
 
 // Adds the `launch` subcommand to `app`, writing into `args` when parsed.
