@@ -95,7 +95,7 @@ TEST_F(KubernetesManifests, BrokenManifestsAreRejectedWithTheReason) {
       {"--agent-port=29400", "--agent-prt=29400", "gradmesh launch has no flag --agent-prt"},
       {"completions: 4", "completions: four", "must be integer"},
       {"name: GRADMESH_REDIS_PASSWORD_FILE", "name: GRADMESH_REDIS_PASSWORD", "holds a literal value"},
-      {"--node-rank=$(JOB_COMPLETION_INDEX)", "--node-rank=$(POD_INDEX)", "$(POD_INDEX)"},
+      {"--rdzv-id=$(JOB_UID)", "--rdzv-id=$(POD_INDEX)", "$(POD_INDEX)"},
       {"terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 30", "must exceed --grace-period"},
       {"--resume=auto", "--epochs-nope", "gradmesh train has no flag --epochs-nope"},
       {"completionMode: Indexed", "completionMode: NonIndexed", "must be Indexed"},
@@ -106,6 +106,45 @@ TEST_F(KubernetesManifests, BrokenManifestsAreRejectedWithTheReason) {
     EXPECT_EQ(r.exit_code, 1) << c.from << " -> " << c.to;
     EXPECT_NE(r.out.find(c.reason), std::string::npos) << c.from << " -> " << c.to << "\n" << r.out;
   }
+}
+
+// The launcher's own checks on the pods' arguments (flag combinations the
+// schema cannot know, such as --node-rank with an elastic --nnodes): each
+// launcher's flags run for real, with the store, the token and the $(VARS)
+// replaced by local stand-ins. A launcher that accepts them waits for the
+// other nodes and times out (exit 1); a usage error would exit 2.
+TEST_F(KubernetesManifests, TheLauncherAcceptsThePodsFlags) {
+  std::ofstream(dir_.file("agent-token")) << "local-token\n";
+  int checked = 0;
+  for (const char* variant : {"overlays/cpu", "pytorchjob"}) {
+    ASSERT_EQ(render(variant), 0) << variant;
+    std::filesystem::remove(dir_.file("launch-args.jsonl"));
+    const CommandResult v = run_shell("node '" + kDeploy + "/validate/validate.js' --launch-help launch.help "
+                                      "--train-help train.help --serve-help serve.help --launch-args launch-args.jsonl "
+                                      "rendered.yaml", dir_.path());
+    ASSERT_EQ(v.exit_code, 0) << v.out;
+    std::ifstream lines(dir_.file("launch-args.jsonl"));
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::string args;
+      for (std::smatch m; std::regex_search(line, m, std::regex("\"((?:[^\"\\\\]|\\\\.)*)\"")); line = m.suffix()) {
+        std::string arg = m[1];
+        if (arg.rfind("--rdzv-endpoint=", 0) == 0) arg = "--rdzv-endpoint=file://" + dir_.file("store");
+        if (arg.rfind("--token-file=", 0) == 0) arg = "--token-file=" + dir_.file("agent-token");
+        if (arg.rfind("--agent-port=", 0) == 0) arg = "--agent-port=0";
+        arg = std::regex_replace(arg, std::regex("\\$\\([A-Z_]+\\)"), "local-" + std::to_string(checked));
+        args += " '" + arg + "'";
+      }
+      // What Kubeflow's operator sets on the master (the Indexed Job sets none).
+      const std::string pet = std::string(variant) == "pytorchjob" ? "PET_NNODES=4 PET_NODE_RANK=0 PET_NPROC_PER_NODE=2 " : "";
+      const CommandResult r =
+          run_shell(pet + "'" GRADMESH_BINARY "'" + args + " --join-timeout=1 -- true", dir_.path());
+      EXPECT_EQ(r.exit_code, 1) << variant << ":" << args << "\n" << r.err;
+      EXPECT_NE(r.err.find("rendezvous"), std::string::npos) << r.err;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3) << "the Job's launcher and the PyTorchJob's two";
 }
 
 TEST_F(KubernetesManifests, TheJobsConfigIsOneGradmeshAccepts) {

@@ -7,13 +7,15 @@
 //  2. what `gradmesh launch` in a pod needs: flags gradmesh knows (checked
 //     against its --help), $(VARS) defined, the store's Service, secrets as
 //     mounted files (never literal values), probes on the agent's port with
-//     its token, the pod's address as GRADMESH_HOSTNAME, an Indexed Job whose
-//     node ranks are the completion indices, a grace period longer than the
-//     agent's, a mounted config;
+//     its token, the pod's address as GRADMESH_HOSTNAME, an Indexed Job on the
+//     headless Service, a grace period longer than the agent's, a mounted
+//     config;
 //  3. the server's token and probes, the autoscaler's target, the network
 //     policies' selection.
 //
-// usage: validate.js --launch-help FILE --train-help FILE --serve-help FILE RENDERED.yaml
+// usage: validate.js --launch-help FILE --train-help FILE --serve-help FILE [--launch-args OUT] RENDERED.yaml
+// (--launch-args: append each launcher's arguments before `--` to OUT, one
+// JSON array per line, for a test to run them through gradmesh launch)
 // Exit 0 when every check passes; 1 with one line per problem otherwise.
 "use strict";
 const fs = require("fs");
@@ -121,6 +123,7 @@ function checkLauncher(where, pod, container, job) {
   const all = [...(container.command || []), ...(container.args || [])];
   const split = all.indexOf("--");
   const launch = split < 0 ? all : all.slice(0, split);
+  if (opts["launch-args"]) fs.appendFileSync(opts["launch-args"], JSON.stringify(launch) + "\n");
   const worker = split < 0 ? [] : all.slice(split + 1);
   if (!launch.includes("launch")) return fail(where, "does not run gradmesh launch");
   for (const flag of flagsOf(launch))
@@ -186,12 +189,8 @@ function checkLauncher(where, pod, container, job) {
     const spec = job.spec;
     if (spec.completionMode !== "Indexed") fail(where, "the Job must be Indexed (completionMode: Indexed)");
     if (pod.restartPolicy !== "Never") fail(where, "restartPolicy must be Never (a podFailurePolicy requires it)");
-    if (valueOf(launch, "--node-rank") !== "$(JOB_COMPLETION_INDEX)")
-      fail(where, "--node-rank must be $(JOB_COMPLETION_INDEX)");
-    const index = env.get("JOB_COMPLETION_INDEX");
-    if (!index || ((index.valueFrom || {}).fieldRef || {}).fieldPath !==
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
-      fail(where, "JOB_COMPLETION_INDEX must come from the pod's completion-index annotation");
+    if (pod.subdomain !== "gradmesh-workers" || !named("Service", pod.subdomain))
+      fail(where, "the pods' subdomain must be the headless Service gradmesh-workers");
     const nodes = /^(\d+):(\d+)$|^(\d+)$/.exec(valueOf(launch, "--nnodes") || "");
     const max = nodes ? Number(nodes[2] || nodes[3]) : NaN;
     if (spec.completions !== max || spec.parallelism !== max)
