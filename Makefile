@@ -51,13 +51,16 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEB
 #   Winograd CNN runs (their kernels are tested alone), bit-identical reruns,
 #   bf16 and mpirun data parallelism (the collectives' own tests cover them);
 # - the four-rank collective matrices (two and three ranks run the same code),
-#   and the lazy-connection matrices on 6 and 7 ranks (2, 3 and 5 run it).
+#   and the lazy-connection matrices on 6 and 7 ranks (2, 3 and 5 run it);
+# - the Kubernetes manifests' checks (Node.js and kubectl; the launcher runs
+#   they do are plain usage checks) and the password-on-the-command-line run
+#   (the password-file run trains the same way).
 # - the every-layout matrices (each pipeline, tensor and ZeRO path, and split
 #   checkpoints, run under ASan in their own smaller tests), the heartbeat
 #   recovery (LaunchHang's tests run the same detection) and the pipeline's
 #   long-message deadlock test (its mailbox is tested alone).
 # Together they were half of the sanitizer run's time on two cores.
-ASAN_EXCLUDE = ^(EndToEnd\.(ReferenceMlpOneEpoch.*|SameSeedGivesBitIdenticalWeights)|TrainingFaults\.(ThreeKills.*|WorkerOfOneOfTwoNodesIsRecoveredInProcess|StoppedWorkerIsNamedAndTheJobRecovers)|MeshLayouts\..*|PipelineTraining\.ActivationsLargerThanTheMailboxStreamWithoutDeadlock|ZeroTraining\.MlpStagesOneAndTwo.*|DataParallel\.(CnnWorkersMatchOneProcess|WinogradCnn.*|RerunsAreBitIdentical|Bf16CommunicationStaysCloseButIsRounded|UnderMpirunTheMpiBackendGivesTheSameResult)|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/4|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[34])$$
+ASAN_EXCLUDE = ^(EndToEnd\.(ReferenceMlpOneEpoch.*|SameSeedGivesBitIdenticalWeights)|TrainingFaults\.(ThreeKills.*|WorkerOfOneOfTwoNodesIsRecoveredInProcess|StoppedWorkerIsNamedAndTheJobRecovers)|MeshLayouts\..*|PipelineTraining\.ActivationsLargerThanTheMailboxStreamWithoutDeadlock|ZeroTraining\.MlpStagesOneAndTwo.*|DataParallel\.(CnnWorkersMatchOneProcess|WinogradCnn.*|RerunsAreBitIdentical|Bf16CommunicationStaysCloseButIsRounded|UnderMpirunTheMpiBackendGivesTheSameResult)|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/4|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[34]|KubernetesManifests\..*|StorePassword\.OnTheCommandLine.*)$$
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=address \
 	  -DGRADMESH_TEST_LAYERS= $(CMAKE_FLAGS) > /dev/null
