@@ -42,10 +42,15 @@ std::string getenv_or(const char* name, const char* fallback) {
 
 // --- the worker program ----------------------------------------------------
 
-void freeze_worker(int rank, elastic::HeartbeatPublisher& hb) {
+// Rank 1 stops the moment its heartbeat shows step 5, so its beats and its
+// progress stop together and the launcher must see the heartbeat stop. (It
+// used to sleep 0.5 s first; a launcher poll inside that half second saw the
+// progress stop before the beats and reported a stall instead, now and then.)
+void freeze_worker(int rank, elastic::HeartbeatPublisher& hb, comm::Store& store, int generation) {
   if (rank != 1) step_forever(hb, 0);
   for (int step = 0; step <= 5; ++step) hb.set_step(step);
-  std::this_thread::sleep_for(milliseconds(500));  // the thread publishes step 5 (interval 0.1 s)
+  const std::string key = elastic::heartbeat_key(getenv_or("GRADMESH_RUN_ID", ""), generation, rank);
+  while (store.get(key, milliseconds(10'000)).rfind("5 ", 0) != 0) std::this_thread::sleep_for(milliseconds(2));
   ::raise(SIGSTOP);  // every thread stops: the heartbeat too
   step_forever(hb, 6);
 }
@@ -91,7 +96,7 @@ TEST(ElasticWorker, DISABLED_Run) {
   const int generation = std::atoi(getenv_or("GRADMESH_GENERATION", "-1").c_str());
   const std::string mode = getenv_or("GRADMESH_TEST_WORKER_MODE", "");
   std::cout.flush();
-  if (mode == "freeze") freeze_worker(rank, *hb);
+  if (mode == "freeze") freeze_worker(rank, *hb, *store, generation);
   if (mode == "stuck") stuck_worker(rank, *hb);
   if (mode == "record") std::_Exit(record_worker(*store, generation, *hb));
   if (mode == "in_process") std::_Exit(in_process_worker(*store, rank, generation));
