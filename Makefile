@@ -84,14 +84,15 @@ test-asan: deps
 # two emulated hosts (DataParallelNetns) run the MLP's threads again. Of the
 # data-parallel runs, those that train the same threads on another model or
 # setting are left to the Release and ASan runs (CNN, Winograd, bf16,
-# reruns, mpirun, mismatched configs): the MLP, accumulation + overlap,
-# rebalancing and failure runs keep every threaded path under TSan. Lazy
+# reruns, mpirun, mismatched configs); so is the plain MLP run, whose threads
+# the accumulation + overlap run starts too: that run, rebalancing and the
+# failure runs keep every threaded path under TSan. Lazy
 # Gloo connections run on 2 and 3 ranks (5-7 add the odd block sizes'
 # peers, which the Release run checks, not new threads). The all-reduce
 # cache's matrix re-points buffers on one thread per rank; the Release and
 # ASan runs check it.
 TSAN_LAYERS = comm;parallel;data;serve
-TSAN_EXCLUDE = ^((Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|GlooAllreduceCache\.EveryAlgorithmOnEveryWorldSizeAndRebinding|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/[34]|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[567]|DataParallelNetns\..*|DataParallel\.(CnnWorkersMatchOneProcess|WinogradCnnWorkersMatchOneProcessWithTheSameSplit|Bf16CommunicationStaysCloseButIsRounded|RerunsAreBitIdentical|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed))$$
+TSAN_EXCLUDE = ^((Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|GlooAllreduceCache\.EveryAlgorithmOnEveryWorldSizeAndRebinding|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/[34]|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[567]|DataParallelNetns\..*|DataParallel\.(MlpWorkersMatchOneProcess|CnnWorkersMatchOneProcess|WinogradCnnWorkersMatchOneProcessWithTheSameSplit|Bf16CommunicationStaysCloseButIsRounded|RerunsAreBitIdentical|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed))$$
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=thread \
 	  -DGRADMESH_TEST_LAYERS="$(TSAN_LAYERS)" $(CMAKE_FLAGS) > /dev/null
