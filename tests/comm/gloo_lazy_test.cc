@@ -114,6 +114,20 @@ TEST(GlooPeerSets, SymmetricAndSmallForEveryGroupSize) {
   EXPECT_EQ(halving_doubling_peers(5, 6), (std::vector<int>{1, 3, 4}));
 }
 
+// Runs `body` on `world` ranks (threads) of one lazy gloo group over a fresh
+// file store; each rank's body returns "" or what went wrong.
+void on_lazy_group(int world, const std::function<std::string(ProcessGroup& group, int rank)>& body) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::vector<std::string> failures(world);
+  const auto errors = testing::run_rank_threads(world, [&](int rank) {
+    auto group = make_gloo_process_group(store, rank, world, lazy_loopback());
+    failures[rank] = body(*group, rank);
+  });
+  EXPECT_EQ(join_errors(errors), "");
+  EXPECT_EQ(join_errors(failures), "");
+}
+
 class GlooLazyWorld : public ::testing::TestWithParam<int> {};
 
 // 12 MB float32 all-reduces run ring-chunked, smaller ones halving-doubling
@@ -121,22 +135,18 @@ class GlooLazyWorld : public ::testing::TestWithParam<int> {};
 // the BF16 ring, broadcasts their binomial trees from two roots.
 TEST_P(GlooLazyWorld, EveryCollectiveMatchesTheReference) {
   const int world = GetParam();
-  TempDir dir;
-  auto store = std::make_shared<FileStore>(dir.path());
   std::vector<CollectiveCase> cases = testing::all_cases(world, {1, 7, 100'003});
   cases.push_back({testing::Collective::kAllreduce, world, DType::kF32, 3'000'001, ReduceOp::kSum});
-  std::vector<std::string> failures(world);
-  const auto errors = testing::run_rank_threads(world, [&](int rank) {
-    auto group = make_gloo_process_group(store, rank, world, lazy_loopback());
+  on_lazy_group(world, [&](ProcessGroup& group, int) {
+    std::string first;
     for (const CollectiveCase& c : cases) {
-      const std::string failure = testing::run_case(*group, c);
-      if (!failure.empty() && failures[rank].empty()) failures[rank] = failure;
+      const std::string failure = testing::run_case(group, c);
+      if (!failure.empty() && first.empty()) first = failure;
     }
-    group->barrier()->wait();
-    EXPECT_FALSE(group->broken());
+    group.barrier()->wait();
+    EXPECT_FALSE(group.broken());
+    return first;
   });
-  EXPECT_EQ(join_errors(errors), "");
-  EXPECT_EQ(join_errors(failures), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooLazyWorld, ::testing::Values(2, 3, 5, 6, 7));
@@ -144,62 +154,57 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooLazyWorld, ::testing::Values(2, 3, 5, 6, 7))
 // Every rank sends to the next before it receives from the previous: a rank
 // whose first message waited for its peer's would deadlock this ring.
 TEST(GlooLazy, SendsBeforeReceivesAroundARing) {
-  TempDir dir;
-  auto store = std::make_shared<FileStore>(dir.path());
   constexpr int kWorld = 4;
-  std::vector<std::string> failures(kWorld);
-  const auto errors = testing::run_rank_threads(kWorld, [&](int rank) {
-    auto group = make_gloo_process_group(store, rank, kWorld, lazy_loopback());
+  on_lazy_group(kWorld, [&](ProcessGroup& group, int rank) {
+    std::string failure;
     const int next = (rank + 1) % kWorld, prev = (rank + kWorld - 1) % kWorld;
     for (float round : {1.0f, 2.0f, 3.0f}) {
       Tensor out = Tensor::full({1000}, 100.0f * static_cast<float>(rank) + round);
       Tensor in = Tensor::zeros({1000});
-      auto sent = group->send(out, next, 4);
-      group->recv(in, prev, 4)->wait();
+      auto sent = group.send(out, next, 4);
+      group.recv(in, prev, 4)->wait();
       sent->wait();
       if (in.to_vector()[999] != 100.0f * static_cast<float>(prev) + round)
-        failures[rank] = "round " + std::to_string(round) + " got " + std::to_string(in.to_vector()[999]);
+        failure = "round " + std::to_string(round) + " got " + std::to_string(in.to_vector()[999]);
     }
-    // Rank 0 sends three messages to the farthest rank, which has used no
-    // pair with it yet; they must arrive in posting order.
+    // Rank 0 posts three messages at once to the farthest rank, which has
+    // used no pair with it yet: they are held back together until the pair
+    // connects, and must still arrive in posting order.
     if (rank == 0) {
+      std::vector<Tensor> messages;
+      std::vector<std::shared_ptr<Work>> works;
       for (float v : {7.0f, 8.0f, 9.0f}) {
-        Tensor t = Tensor::full({2}, v);
-        group->send(t, kWorld / 2, 5)->wait();
+        messages.push_back(Tensor::full({2}, v));
+        works.push_back(group.send(messages.back(), kWorld / 2, 5));
       }
+      for (auto& w : works) w->wait();
     } else if (rank == kWorld / 2) {
       for (float v : {7.0f, 8.0f, 9.0f}) {
         Tensor t = Tensor::zeros({2});
-        group->recv(t, 0, 5)->wait();
+        group.recv(t, 0, 5)->wait();
         if (t.to_vector()[1] != v)
-          failures[rank] = "expected " + std::to_string(v) + ", got " + std::to_string(t.to_vector()[1]);
+          failure = "expected " + std::to_string(v) + ", got " + std::to_string(t.to_vector()[1]);
       }
     }
-    group->barrier()->wait();
+    group.barrier()->wait();
+    return failure;
   });
-  EXPECT_EQ(join_errors(errors), "");
-  EXPECT_EQ(join_errors(failures), "");
 }
 
 TEST(GlooLazy, SubGroupsConnectLazilyToo) {
-  TempDir dir;
-  auto store = std::make_shared<FileStore>(dir.path());
-  constexpr int kWorld = 5;
-  std::vector<std::string> failures(kWorld);
-  const auto errors = testing::run_rank_threads(kWorld, [&](int rank) {
-    auto group = make_gloo_process_group(store, rank, kWorld, lazy_loopback());
-    auto odd = group->new_group({1, 3, 4});
+  on_lazy_group(5, [&](ProcessGroup& group, int rank) {
+    std::string failure;
+    auto odd = group.new_group({1, 3, 4});
     if (odd) {
       Tensor t = Tensor::full({5}, static_cast<float>(rank));
       odd->allreduce(t)->wait();
-      if (t.to_vector()[4] != 8.0f) failures[rank] = "sub-group sum " + std::to_string(t.to_vector()[4]);
+      if (t.to_vector()[4] != 8.0f) failure = "sub-group sum " + std::to_string(t.to_vector()[4]);
     }
     Tensor all = Tensor::full({3}, 1.0f);
-    group->allreduce(all)->wait();
-    if (all.to_vector()[0] != 5.0f) failures[rank] = "group sum " + std::to_string(all.to_vector()[0]);
+    group.allreduce(all)->wait();
+    if (all.to_vector()[0] != 5.0f) failure = "group sum " + std::to_string(all.to_vector()[0]);
+    return failure;
   });
-  EXPECT_EQ(join_errors(errors), "");
-  EXPECT_EQ(join_errors(failures), "");
 }
 
 // TCP sockets this process holds (listening or connected).

@@ -103,29 +103,41 @@ std::string describe_redis(const std::string& host, int port, int db) {
   return "redis://" + shown + ":" + std::to_string(port) + "/" + std::to_string(db);
 }
 
+namespace {
+
+// Where an endpoint's user-info ("user:password@") sits, if it has one.
+struct Userinfo {
+  size_t begin;       // after "scheme://"
+  size_t at;          // the '@'
+  std::string user;   // before the ':' ("" without one)
+  bool has_password;  // a ':' separates user and password
+};
+
+std::optional<Userinfo> find_userinfo(const std::string& endpoint) {
+  const size_t scheme_end = endpoint.find("://");
+  if (scheme_end == std::string::npos) return std::nullopt;
+  const size_t begin = scheme_end + 3;
+  const size_t at = endpoint.rfind('@');
+  if (at == std::string::npos || at < begin) return std::nullopt;
+  const std::string userinfo = endpoint.substr(begin, at - begin);
+  const size_t colon = userinfo.find(':');
+  if (colon == std::string::npos) return Userinfo{begin, at, "", false};
+  return Userinfo{begin, at, userinfo.substr(0, colon), true};
+}
+
+}  // namespace
+
 std::string redact_endpoint(const std::string& endpoint) {
-  size_t scheme_end = endpoint.find("://");
-  if (scheme_end == std::string::npos) return endpoint;
-  size_t begin = scheme_end + 3;
-  size_t at = endpoint.rfind('@');
-  if (at == std::string::npos || at < begin) return endpoint;
-  std::string userinfo = endpoint.substr(begin, at - begin);
-  size_t colon = userinfo.find(':');
-  std::string user = colon == std::string::npos ? "" : userinfo.substr(0, colon);
-  return endpoint.substr(0, begin) + user + ":***" + endpoint.substr(at);
+  // Without a ':', all of the user-info is hidden: it may be a password.
+  const std::optional<Userinfo> u = find_userinfo(endpoint);
+  if (!u) return endpoint;
+  return endpoint.substr(0, u->begin) + u->user + ":***" + endpoint.substr(u->at);
 }
 
 std::string endpoint_without_password(const std::string& endpoint) {
-  const size_t scheme_end = endpoint.find("://");
-  if (scheme_end == std::string::npos) return endpoint;
-  const size_t begin = scheme_end + 3;
-  const size_t at = endpoint.rfind('@');
-  if (at == std::string::npos || at < begin) return endpoint;
-  const std::string userinfo = endpoint.substr(begin, at - begin);
-  const size_t colon = userinfo.find(':');
-  if (colon == std::string::npos) return endpoint;
-  const std::string user = userinfo.substr(0, colon);
-  return endpoint.substr(0, begin) + (user.empty() ? "" : user + ":@") + endpoint.substr(at + 1);
+  const std::optional<Userinfo> u = find_userinfo(endpoint);
+  if (!u || !u->has_password) return endpoint;
+  return endpoint.substr(0, u->begin) + (u->user.empty() ? "" : u->user + ":@") + endpoint.substr(u->at + 1);
 }
 
 StoreEndpoint parse_store_endpoint(const std::string& endpoint) {

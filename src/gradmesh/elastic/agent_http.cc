@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "gradmesh/core/error.h"
-#include "gradmesh/core/secret.h"
+#include "gradmesh/core/http_listen.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -46,7 +46,7 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
   server.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), token))
+    if (bearer_token_matches(auth, token))
       return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
     reply(res, 401, {{"error", auth.empty() ? "this agent requires \"Authorization: Bearer <token>\""
@@ -67,18 +67,8 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404) reply(res, 404, {{"error", "no endpoint " + req.path + "; try /healthz, /readyz or /status"}});
   });
-  // SO_REUSEADDR only: httplib also sets SO_REUSEPORT, with which a second
-  // agent on the same port would bind too and take half the probes.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
   impl_->host = options.host;
-  impl_->port = options.port == 0 ? server.bind_to_any_port(options.host) : options.port;
-  if (options.port != 0 && !server.bind_to_port(options.host, options.port)) impl_->port = -1;
-  if (impl_->port < 0)
-    throw_error(ErrorKind::kIo, "agent endpoint " + options.host + ":" + std::to_string(options.port),
-                "cannot listen there (in use, or not an address of this host)");
+  impl_->port = bind_alone(server, options.host, options.port, "agent endpoint ");
   impl_->thread = std::thread([this] {
     impl_->server.listen_after_bind();
     impl_->returned = true;

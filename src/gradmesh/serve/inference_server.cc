@@ -19,7 +19,7 @@
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
-#include "gradmesh/core/secret.h"
+#include "gradmesh/core/http_listen.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::serve {
@@ -397,7 +397,7 @@ struct InferenceServer::Impl {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (options.token.empty() || req.path.rfind("/v2/health/", 0) == 0) return httplib::Server::HandlerResponse::Unhandled;
       const std::string auth = req.get_header_value("Authorization");
-      if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), options.token))
+      if (bearer_token_matches(auth, options.token))
         return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       reply_error(res, 401, auth.empty() ? "this server requires \"Authorization: Bearer <token>\""
@@ -478,18 +478,7 @@ InferenceServer::~InferenceServer() { stop(); }
 
 int InferenceServer::bind() {
   const ServerOptions& o = impl_->options;
-  // SO_REUSEADDR only: with httplib's SO_REUSEPORT a second server on the
-  // same port would bind too and take half the requests.
-  impl_->http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host)
-                               : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
-  if (port <= 0)
-    throw_error(ErrorKind::kIo, o.host + ":" + std::to_string(o.port),
-                "cannot listen there (in use, or not an address of this machine)");
-  return port;
+  return bind_alone(impl_->http, o.host, o.port, "");
 }
 
 void InferenceServer::run() {

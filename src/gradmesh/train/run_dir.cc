@@ -35,9 +35,10 @@ std::string create_run_dir(const std::string& parent, const std::string& id, boo
   create_private_directories(parent, ec);
   if (ec) throw_error(ErrorKind::kIo, parent, "cannot create the output directory: " + ec.message());
   if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
-    if (errno == EEXIST && reuse && fs::is_directory(dir, ec)) return dir.string();
-    if (errno != EEXIST)
-      throw_error(ErrorKind::kIo, dir.string(), std::string("cannot create the run directory: ") + std::strerror(errno));
+    const int error = errno;
+    if (error == EEXIST && reuse && fs::is_directory(dir, ec)) return dir.string();
+    if (error != EEXIST)
+      throw_error(ErrorKind::kIo, dir.string(), std::string("cannot create the run directory: ") + std::strerror(error));
     throw_error(ErrorKind::kConfig, dir.string(),
                 "run directory already exists; choose another output.run_id, remove it, or continue it with --resume auto");
   }

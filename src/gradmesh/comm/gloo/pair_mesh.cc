@@ -37,7 +37,6 @@ void PairMeshContext::start_lazy(const std::shared_ptr<Store>& store,
                                  std::shared_ptr<gloo::transport::Device>& device, Millis timeout) {
   std::shared_ptr<gloo::transport::Context> transport = make_lazy_tcp_context(device, rank, size);
   transport->setTimeout(getTimeout());
-  lazy_ = true;
   store_ = store;
   timeout_ = timeout;
   links_.assign(static_cast<size_t>(size), Link::kNone);

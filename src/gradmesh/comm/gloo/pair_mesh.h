@@ -21,8 +21,8 @@
 // order, so two ranks meet whenever each lists the other, whatever else they
 // list. Collectives call it on every rank before the operation, each rank
 // with its own peer set for it (the sets are symmetric); a send or recv calls
-// it for its one peer, so the first message between two ranks waits until
-// the other side has posted its matching receive or send. Gloo's connect
+// it for its one peer on its waiter thread (point_to_point.h), so the pair
+// connects once the other side has posted a message for this rank. Gloo's connect
 // itself cannot deadlock: of two ranks, the one with the larger address waits
 // for the other to connect, and the other only needs the first's published
 // address, which a total order on addresses keeps free of cycles.
@@ -55,7 +55,6 @@ class PairMeshContext final : public gloo::rendezvous::Context {
   // connect_peers() adds them through `store`.
   void start_lazy(const std::shared_ptr<Store>& store, std::shared_ptr<gloo::transport::Device>& device,
                   Millis timeout);
-  bool lazy() const { return lazy_; }
   // Connects a pair to each of `peers` that has none yet. Every peer listed
   // must list this rank in a call of its own (see above). `added` runs on the
   // pairs this call connected, before any other thread may use them. A peer
@@ -76,7 +75,6 @@ class PairMeshContext final : public gloo::rendezvous::Context {
   // Waits until `key`, the address `peer` publishes for this rank, is in the store.
   void wait_for_address(int peer, const std::string& key);
   enum class Link { kNone, kConnecting, kConnected, kFailed };
-  bool lazy_ = false;
   std::shared_ptr<Store> store_;  // lazy only
   Millis timeout_{0};
   std::mutex links_mutex_;

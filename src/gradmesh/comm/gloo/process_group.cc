@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <optional>
 #include <cstdio>
@@ -116,6 +117,13 @@ class GlooProcessGroup final : public ProcessGroup {
   // With lazy connections, connects the pairs to `peers` that are not yet
   // (pair_mesh.h) and adds them to sockets_; nothing otherwise.
   void connect_peers(const std::vector<int>& peers);
+  // The peers a collective's algorithm addresses (peer_sets.h); `root` for broadcasts.
+  enum class PeerSet { kRingPeers, kHalvingDoublingPeers, kBarrierPeers, kBroadcastPeers };
+  // Before a collective, with lazy connections: connects `set`'s peers the
+  // first time it runs. Later calls, and every call without lazy
+  // connections, cost one test: no peer list is computed on the hot path.
+  // Collectives run one at a time, so the flags need no lock.
+  void connect_for(PeerSet set, int root = 0);
 
   std::shared_ptr<Store> store_;  // keys under "gloo/<n>/" (sub-groups: "gloo/<n>/sub<k>/")
   const int rank_, size_;
@@ -125,6 +133,8 @@ class GlooProcessGroup final : public ProcessGroup {
   std::shared_ptr<gloo::rendezvous::Context> context_;       // null when size_ == 1
   std::shared_ptr<gloo::rendezvous::Context> sync_context_;  // the same peers in synchronous mode; null when size_ == 1
   PairMeshContext* lazy_mesh_ = nullptr;  // context_ when it connects lazily: no synchronous mesh then
+  std::array<bool, 3> set_connected_{};   // by PeerSet, but broadcasts
+  std::vector<bool> root_connected_;      // broadcasts, by root
   // Their connections, for shutting down and probing from any thread; set once in the constructor.
   std::unique_ptr<PairSockets> sockets_, sync_sockets_;
   std::unique_ptr<AllreduceCache> cache_, sync_cache_;
@@ -172,6 +182,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     context->setTimeout(*options_.timeout + kGlooBackstop);
     context->start_lazy(store_, device_, *options_.timeout);
     lazy_mesh_ = context.get();
+    root_connected_.assign(static_cast<size_t>(size_), false);
     context_ = std::move(context);
     sockets_ = std::make_unique<PairSockets>();
     cache_ = std::make_unique<AllreduceCache>(context_);
@@ -231,6 +242,24 @@ void GlooProcessGroup::connect_peers(const std::vector<int>& peers) {
     for (int peer : peers) listed += (listed.empty() ? "" : ", ") + std::to_string(peer);
     throw_error(ErrorKind::kComm, "gloo rank " + rank_text(rank_) + " connecting to ranks " + listed,
                 without_source_location(e.what()));
+  }
+}
+
+void GlooProcessGroup::connect_for(PeerSet set, int root) {
+  if (!lazy_mesh_) return;
+  if (set == PeerSet::kBroadcastPeers ? root_connected_[static_cast<size_t>(root)]
+                                 : set_connected_[static_cast<size_t>(set)])
+    return;
+  switch (set) {
+    case PeerSet::kRingPeers: connect_peers(ring_peers(rank_, size_)); break;
+    case PeerSet::kHalvingDoublingPeers: connect_peers(halving_doubling_peers(rank_, size_)); break;
+    case PeerSet::kBarrierPeers: connect_peers(barrier_peers(rank_, size_)); break;
+    case PeerSet::kBroadcastPeers: connect_peers(broadcast_peers(rank_, size_, root)); break;
+  }
+  if (set == PeerSet::kBroadcastPeers) {
+    root_connected_[static_cast<size_t>(root)] = true;
+  } else {
+    set_connected_[static_cast<size_t>(set)] = true;
   }
 }
 
@@ -424,7 +453,7 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
   float* values = static_cast<float*>(data);
   if (dtype == DType::kBF16) {
     if (!bf16_runs_widened(count, peers_on_this_host_, sync_max_bytes_)) {
-      connect_peers(ring_peers(rank_, size_));
+      connect_for(PeerSet::kRingPeers);
       bf16_ring_allreduce(*context_, static_cast<uint16_t*>(data), count, reduce, wait_timeout, ring_scratch_.bf16);
       return;
     }
@@ -441,8 +470,8 @@ void GlooProcessGroup::run_allreduce(void* data, int64_t count, DType dtype, Red
     const int64_t piece = std::min(step, count - offset);
     const size_t bytes = static_cast<size_t>(piece) * sizeof(float);
     const auto algorithm = choose_allreduce_algorithm(bytes, size_);
-    connect_peers(algorithm == AllreduceAlgorithm::kHalvingDoubling ? halving_doubling_peers(rank_, size_)
-                                                                    : ring_peers(rank_, size_));
+    connect_for(algorithm == AllreduceAlgorithm::kHalvingDoubling ? PeerSet::kHalvingDoublingPeers
+                                                                  : PeerSet::kRingPeers);
     AllreduceCache& cache = runs_synchronously(bytes, algorithm, sync_max_bytes_) ? *sync_cache_ : *cache_;
     cache.run(algorithm, values + offset, piece, gloo_op);
   }
@@ -476,7 +505,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, const Broadcas
   return submit("broadcast", tensor_text(tensor) + ", root " + std::to_string(options.root), options,
                 [this, held = tensor, root = options.root](const Op& op) mutable {
                   if (size_ == 1 || held.nbytes() == 0) return;
-                  connect_peers(broadcast_peers(rank_, size_, root));
+                  connect_for(PeerSet::kBroadcastPeers, root);
                   gloo::BroadcastOptions opts(context_);
                   opts.setOutput(static_cast<uint8_t*>(held.raw()), held.nbytes());
                   opts.setRoot(root);
@@ -501,7 +530,7 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& in, Tensor& out,
                     if (in_bytes != out_bytes) std::memcpy(out_bytes, in_bytes, held.nbytes());
                     return;
                   }
-                  connect_peers(ring_peers(rank_, size_));
+                  connect_for(PeerSet::kRingPeers);
                   gloo::AllgatherOptions opts(context_);
                   opts.setInput(in_bytes, source.nbytes());
                   opts.setOutput(out_bytes, held.nbytes());
@@ -524,7 +553,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
                     std::memcpy(held.raw(), source.raw(), held.nbytes());
                     return;
                   }
-                  connect_peers(ring_peers(rank_, size_));
+                  connect_for(PeerSet::kRingPeers);
                   ring_reduce_scatter(*context_, source.raw(), held.raw(), held.numel(), held.dtype(), reduce,
                                       op.gloo_timeout(), ring_scratch_);
                 });
@@ -533,7 +562,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& in, Tensor&
 std::shared_ptr<Work> GlooProcessGroup::barrier(const CollectiveOptions& options) {
   return submit("barrier", "", options, [this](const Op& op) {
     if (size_ == 1) return;
-    connect_peers(barrier_peers(rank_, size_));
+    connect_for(PeerSet::kBarrierPeers);
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(op.gloo_timeout());
     gloo::barrier(opts);

@@ -99,11 +99,6 @@ void PairSockets::add(gloo::Context& context, const std::vector<int>& peers) {
   fds_.insert(fds_.end(), added.begin(), added.end());
 }
 
-size_t PairSockets::count() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return fds_.size();
-}
-
 PairSockets::~PairSockets() {
   for (int fd : fds_) ::close(fd);
 }

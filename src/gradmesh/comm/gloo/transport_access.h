@@ -81,8 +81,6 @@ class PairSockets {
   // Adds the pairs to `peers`, connected just now and not used yet.
   // Error(kComm) as the constructor.
   void add(gloo::Context& context, const std::vector<int>& peers);
-  // How many connections it holds.
-  size_t count() const;
   // Shuts down (does not close) every connection: every pending Gloo wait on
   // them fails, here and on the peers.
   void shut_down() const;

@@ -1,0 +1,27 @@
+#include "gradmesh/core/http_listen.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/core/secret.h"
+
+namespace gradmesh {
+
+int bind_alone(httplib::Server& server, const std::string& host, int port, const std::string& what) {
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  if (bound <= 0)
+    throw_error(ErrorKind::kIo, what + host + ":" + std::to_string(port),
+                "cannot listen there (in use, or not an address of this machine)");
+  return bound;
+}
+
+bool bearer_token_matches(const std::string& authorization, const std::string& token) {
+  return authorization.rfind("Bearer ", 0) == 0 && same_secret(authorization.substr(7), token);
+}
+
+}  // namespace gradmesh
