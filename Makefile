@@ -33,6 +33,7 @@ demo: configure
 	$(BUILD)/gradmesh train examples/mlp.toml --nproc-per-node 2 --set train.epochs=3
 
 test: build
+	@scripts/install-deps.sh --test
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The sanitizer builds compile at -O1 with line tables only (-g1): stack traces

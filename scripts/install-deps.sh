@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages gradmesh needs; safe to run repeatedly.
-# usage: scripts/install-deps.sh [--bench]   (--bench adds PyTorch for the anchors)
+# usage: scripts/install-deps.sh [--bench|--test]   (--bench adds PyTorch for the anchors, --test a browser)
 set -euo pipefail
 
 packages=(
@@ -22,6 +22,12 @@ packages=(
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)  # the PyTorch anchor in bench/
+fi
+if [[ "${1:-}" == "--test" ]]; then
+  # The dashboard's browser test (tests/cli/dashboard_browser.py): headless
+  # Chromium driven by Selenium. `make test` installs them; the test skips,
+  # saying so, where they are missing.
+  packages+=(chromium chromium-driver python3-selenium)
 fi
 
 # The deployment checks (tests/deploy): Node.js for the offline schema

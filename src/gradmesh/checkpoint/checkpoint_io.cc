@@ -14,6 +14,7 @@
 #include <new>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/resource_usage.h"
 #include "gradmesh/core/private_files.h"
 
 namespace gradmesh::checkpoint {
@@ -106,6 +107,7 @@ void DurableFileWriter::flush_buffer() {
     }
     done += static_cast<size_t>(wrote);
   }
+  count_io(IoCounter::kCheckpointWritten, buffered_);
   buffered_ = 0;
 }
 

@@ -97,6 +97,16 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   launch->add_option("--token-file", a.token_file,
                      "A file holding the bearer token the agent's endpoints require (as gradmesh serve's)")
       ->type_name("FILE");
+  launch->add_option("--dashboard", a.dashboard, "The live dashboard: on (the default) or off")
+      ->capture_default_str()
+      ->type_name("on|off");
+  launch->add_option("--dashboard-port", a.dashboard_port, "Port of the live dashboard (0: a free one, printed at start)")
+      ->capture_default_str()
+      ->type_name("PORT");
+  launch->add_option("--dashboard-host", a.dashboard_host,
+                     "Address the dashboard listens on (it has no authentication: keep it on loopback and forward it)")
+      ->capture_default_str()
+      ->type_name("ADDR");
   launch->add_flag("--standalone", a.standalone, "One node with its own store (the default; accepted for torchrun)");
   launch->add_option("command", a.command, "The worker command and its arguments (after --)")->type_name("COMMAND");
   a.parsed = launch;
@@ -130,6 +140,10 @@ int run_launch(const LaunchArgs& given) {
   o.agent_port = a.agent_port;
   o.agent_host = a.agent_host;
   o.token_file = a.token_file;
+  if (a.dashboard != "on" && a.dashboard != "off")
+    throw_error(ErrorKind::kUsage, "--dashboard", "expected on or off, got '" + a.dashboard + "'");
+  o.dashboard_port = a.dashboard == "off" ? -1 : a.dashboard_port;
+  o.dashboard_host = a.dashboard_host;
   o.command = a.command;
   return elastic::run_launcher(o);
 }

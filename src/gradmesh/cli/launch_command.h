@@ -31,6 +31,9 @@ struct LaunchArgs {
   int agent_port = -1;
   std::string agent_host = "127.0.0.1";
   std::string token_file;
+  std::string dashboard = "on";
+  int dashboard_port = 0;
+  std::string dashboard_host = "127.0.0.1";
   std::vector<std::string> command;
   const CLI::App* parsed = nullptr;  // set by add_launch_command: which flags the command line gave
 };

@@ -10,6 +10,7 @@
 #include "gradmesh/cli/launch_command.h"
 #include "gradmesh/cli/plan_command.h"
 #include "gradmesh/cli/probe_command.h"
+#include "gradmesh/cli/report_command.h"
 #include "gradmesh/cli/serve_command.h"
 #include "gradmesh/config.h"
 #include "gradmesh/core/error.h"
@@ -215,6 +216,14 @@ int main(int argc, char** argv) {
   probe->add_option("--token-file", probe_args.token_file, "A file holding the bearer token to send")->type_name("FILE");
   probe->add_option("--timeout", probe_args.timeout, "Seconds to wait for the answer")->capture_default_str()->type_name("SECONDS");
 
+  gradmesh::cli::ReportArgs report_args;
+  CLI::App* report = app.add_subcommand(
+      "report", "Regenerate a run's report.html from its metrics.jsonl, or compare two runs side by side");
+  report->add_option("runs", report_args.runs, "RUN_DIR, or RUN_A RUN_B to compare")->required()->expected(1, 2);
+  report->add_option("-o,--output", report_args.output,
+                     "Where to write the page (default: RUN_DIR/report.html; compare.html for two runs)")
+      ->type_name("FILE");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -242,6 +251,7 @@ int main(int argc, char** argv) {
     if (*docs_env) return gradmesh::cli::run_env_docs();
     if (*launch) return gradmesh::cli::run_launch(launch_args);
     if (*probe) return gradmesh::cli::run_probe(probe_args);
+    if (*report) return gradmesh::cli::run_report(report_args);
   } catch (const gradmesh::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "gradmesh: error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/resource_usage.h"
 
 namespace gradmesh::data {
 namespace {
@@ -76,6 +77,7 @@ class ByteReader {
   // fread until `n` bytes or end of file; kIo on a read error (EISDIR, EIO).
   size_t fill(uint8_t* dst, size_t n) {
     const size_t got = std::fread(dst, 1, n, file_);
+    count_io(IoCounter::kDatasetRead, got);
     if (got < n && std::ferror(file_))
       throw_error(ErrorKind::kIo, path_, std::string("read failed: ") + std::strerror(errno));
     return got;

@@ -10,6 +10,7 @@
 
 #include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/resource_usage.h"
 
 namespace gradmesh::data {
 namespace {
@@ -25,6 +26,7 @@ std::string read_whole(const std::string& path) {
   if (!in) throw_error(ErrorKind::kIo, path, "cannot open");
   std::ostringstream out;
   out << in.rdbuf();
+  count_io(IoCounter::kDatasetRead, static_cast<uint64_t>(out.tellp()));
   return out.str();
 }
 

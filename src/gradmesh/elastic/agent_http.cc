@@ -8,7 +8,11 @@
 #include <thread>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/config.h"
 #include "gradmesh/core/http_listen.h"
+#include "gradmesh/obs/dashboard_page.h"
+#include "gradmesh/obs/run_exposition.h"
+#include "gradmesh/obs/run_log.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -27,6 +31,46 @@ Json status_json(const AgentSnapshot& s) {
   if (s.phase == AgentPhase::kFinished) j["exit_code"] = s.exit_code;
   if (!s.message.empty()) j["message"] = s.message;
   return j;
+}
+
+// The agent's figures when no run feeds it (a node without rank 0's file).
+std::string agent_only_exposition(const AgentSnapshot& s) {
+  return obs::render_run_exposition(obs::RunLog{}, s.run_id, s.generation, s.restarts, s.workers,
+                                    agent_phase_name(s.phase));
+}
+
+std::string sse(const std::string& name, const std::string& data) { return "event: " + name + "\ndata: " + data + "\n\n"; }
+
+// The stream of one dashboard connection: hello, then everything the feed
+// has, then each new event as it comes, a comment every second of silence
+// (proxies close idle connections, and a write is how a closed one is seen).
+void serve_events(const std::shared_ptr<MetricsFeed>& feed, const std::shared_ptr<const AgentStatus>& status,
+                  httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto next = std::make_shared<size_t>(0);
+  auto greeted = std::make_shared<bool>(false);
+  res.set_chunked_content_provider("text/event-stream", [feed, status, next, greeted](size_t, httplib::DataSink& sink) {
+    if (!*greeted) {
+      const AgentSnapshot s = status->snapshot();
+      const Json hello = {{"run_id", s.run_id}, {"node_rank", s.node_rank}, {"version", GRADMESH_VERSION},
+                          {"started", s.time}};
+      const std::string text = sse("hello", hello.dump());
+      *greeted = true;
+      return sink.write(text.data(), text.size());
+    }
+    const std::vector<MetricsFeed::Event> events = feed->events_since(*next, std::chrono::seconds(1));
+    std::string text;
+    for (const MetricsFeed::Event& e : events) text += sse(e.name, e.data);
+    if (text.empty()) {
+      if (feed->stopping()) {
+        sink.done();
+        return true;
+      }
+      text = ": idle\n\n";
+    }
+    return sink.write(text.data(), text.size());
+  });
 }
 
 }  // namespace
@@ -64,8 +108,20 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
   server.Get("/status", [status](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, status_json(status->snapshot()));
   });
+  const std::shared_ptr<MetricsFeed> feed = options.feed;
+  server.Get("/metrics", [status, feed](const httplib::Request&, httplib::Response& res) {
+    res.set_content(feed ? feed->prometheus_text() : agent_only_exposition(status->snapshot()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  if (options.dashboard && feed) {
+    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(obs::dashboard_page_html(), "text/html; charset=utf-8");
+    });
+    server.Get("/events", [feed, status](const httplib::Request&, httplib::Response& res) { serve_events(feed, status, res); });
+  }
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404) reply(res, 404, {{"error", "no endpoint " + req.path + "; try /healthz, /readyz or /status"}});
+    if (res.status == 404)
+      reply(res, 404, {{"error", "no endpoint " + req.path + "; try /healthz, /readyz, /status or /metrics"}});
   });
   impl_->host = options.host;
   impl_->port = bind_alone(server, options.host, options.port, "agent endpoint ");

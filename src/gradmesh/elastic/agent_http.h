@@ -4,6 +4,13 @@
 //   GET /healthz  200 while the agent runs: liveness
 //   GET /readyz   200 while this node's workers run, else 503: readiness
 //   GET /status   the phase, run id, node rank, generation, workers, restarts
+//   GET /metrics  Prometheus text: the agent's state and, with a metrics
+//                 feed, the run's progress, per-rank figures and cost
+//
+// The dashboard server (`gradmesh launch --dashboard-port`) is the same
+// server with a feed and the dashboard on: it adds
+//   GET /         the live dashboard page (self-contained: no CDN)
+//   GET /events   its server-sent events (metrics_feed.h), the history first
 //
 // Bodies are JSON. The server binds 127.0.0.1 unless told otherwise (a
 // probe runs inside the pod; nothing outside it needs these), and with a
@@ -15,6 +22,7 @@
 #include <string>
 
 #include "gradmesh/elastic/agent_status.h"
+#include "gradmesh/elastic/metrics_feed.h"
 
 namespace gradmesh::elastic {
 
@@ -22,6 +30,8 @@ struct AgentHttpOptions {
   std::string host = "127.0.0.1";
   int port = 0;       // 0: any free port (port() tells which)
   std::string token;  // empty: no authentication
+  std::shared_ptr<MetricsFeed> feed;  // the run's metrics for /metrics (and the dashboard)
+  bool dashboard = false;             // serve / and /events (needs `feed`)
 };
 
 class AgentHttpServer {

@@ -1,5 +1,7 @@
 #include "gradmesh/elastic/agent_status.h"
 
+#include "gradmesh/core/clock.h"
+
 namespace gradmesh::elastic {
 
 const char* agent_phase_name(AgentPhase phase) {
@@ -19,6 +21,7 @@ void AgentStatus::rendezvous(int generation) {
   state_.phase = AgentPhase::kRendezvous;
   state_.generation = generation;
   state_.message.clear();
+  record();
 }
 
 void AgentStatus::running(int generation, int node_rank, int workers) {
@@ -29,12 +32,14 @@ void AgentStatus::running(int generation, int node_rank, int workers) {
   state_.node_rank = node_rank;
   state_.workers = workers;
   state_.message.clear();
+  record();
 }
 
 void AgentStatus::restarting(const std::string& why) {
   std::lock_guard<std::mutex> lock(mutex_);
   state_.phase = AgentPhase::kRestarting;
   state_.message = why;
+  record();
 }
 
 void AgentStatus::finished(int exit_code, const std::string& message) {
@@ -42,6 +47,18 @@ void AgentStatus::finished(int exit_code, const std::string& message) {
   state_.phase = AgentPhase::kFinished;
   state_.exit_code = exit_code;
   state_.message = message;
+  record();
+}
+
+void AgentStatus::record() {
+  state_.time = static_cast<double>(unix_millis()) / 1e3;
+  history_.push_back(state_);
+}
+
+std::vector<AgentSnapshot> AgentStatus::history(size_t from) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from >= history_.size()) return {};
+  return {history_.begin() + static_cast<std::ptrdiff_t>(from), history_.end()};
 }
 
 AgentSnapshot AgentStatus::snapshot() const {

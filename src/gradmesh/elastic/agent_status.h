@@ -6,6 +6,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace gradmesh::elastic {
 
@@ -27,6 +28,7 @@ struct AgentSnapshot {
   int restarts = 0;    // generations started after the first
   int exit_code = -1;  // when finished
   std::string message;
+  double time = 0;     // Unix seconds of the change that produced this state
 };
 
 class AgentStatus {
@@ -37,12 +39,17 @@ class AgentStatus {
   void restarting(const std::string& why);
   void finished(int exit_code, const std::string& message);
   AgentSnapshot snapshot() const;
+  // Every state this agent has been in, oldest first, from index `from` on:
+  // the dashboard's timeline of generations, failures and the end.
+  std::vector<AgentSnapshot> history(size_t from = 0) const;
   // Ready for traffic (a readiness probe): this node's workers are running.
   bool ready() const;
 
  private:
+  void record();  // REQUIRES: mutex_ held
   mutable std::mutex mutex_;
   AgentSnapshot state_;
+  std::vector<AgentSnapshot> history_;
 };
 
 }  // namespace gradmesh::elastic

@@ -88,6 +88,9 @@ std::string fresh_run_id() {
 void validate_launch_options(const LaunchOptions& o) {
   if (o.command.empty())
     throw_error(ErrorKind::kUsage, "launch", std::string("no command to run; ") + kUsageLine);
+  if (o.dashboard_port < -1 || o.dashboard_port > 65535)
+    throw_error(ErrorKind::kUsage, "--dashboard-port",
+                "expected 0 (a free port) to 65535, got " + std::to_string(o.dashboard_port));
   if (o.agent_port < -1 || o.agent_port > 65535)
     throw_error(ErrorKind::kUsage, "--agent-port", "expected 0 (a free port) to 65535, got " + std::to_string(o.agent_port));
   if (!o.token_file.empty() && o.agent_port < 0)

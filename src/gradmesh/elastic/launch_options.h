@@ -36,6 +36,9 @@ struct LaunchOptions {
   int agent_port = -1;
   std::string agent_host = "127.0.0.1";
   std::string token_file;  // their bearer token; empty = none
+  // The live dashboard (agent_http.h with a metrics feed): -1 = off, 0 = a free port.
+  int dashboard_port = 0;
+  std::string dashboard_host = "127.0.0.1";
 };
 
 struct NodeRange {

@@ -246,15 +246,32 @@ std::optional<int> plan_restart(const LaunchOptions& o, const GroupOutcome& outc
 
 // The agent's endpoints, when asked for (--agent-port).
 std::unique_ptr<AgentHttpServer> start_agent_endpoints(const LaunchOptions& o,
-                                                       const std::shared_ptr<const AgentStatus>& status) {
+                                                       const std::shared_ptr<const AgentStatus>& status,
+                                                       const std::shared_ptr<MetricsFeed>& feed) {
   if (o.agent_port < 0) return nullptr;
   AgentHttpOptions http;
+  http.feed = feed;
   http.host = o.agent_host;
   http.port = o.agent_port;
   if (!o.token_file.empty()) http.token = read_secret_file(o.token_file, "--token-file");
   auto server = std::make_unique<AgentHttpServer>(http, status);
-  say("agent endpoints at " + server->url() + " (/healthz, /readyz, /status" +
+  say("agent endpoints at " + server->url() + " (/healthz, /readyz, /status, /metrics" +
       (http.token.empty() ? ")" : "; bearer token required)"));
+  return server;
+}
+
+// The live dashboard (--dashboard-port; on by default): the agent's state and,
+// on the host with rank 0's metrics.jsonl, the run as it trains.
+std::unique_ptr<AgentHttpServer> start_dashboard(const LaunchOptions& o, const std::shared_ptr<const AgentStatus>& status,
+                                                 const std::shared_ptr<MetricsFeed>& feed) {
+  if (o.dashboard_port < 0) return nullptr;
+  AgentHttpOptions http;
+  http.host = o.dashboard_host;
+  http.port = o.dashboard_port;
+  http.feed = feed;
+  http.dashboard = true;
+  auto server = std::make_unique<AgentHttpServer>(http, status);
+  say("dashboard at " + server->url() + "/ (Prometheus metrics at /metrics)");
   return server;
 }
 
@@ -265,7 +282,13 @@ int run_launcher(const LaunchOptions& options) {
   OwnedStoreDir owned_store;
   const LaunchContext ctx = resolve(options, owned_store);
   const auto status = std::make_shared<AgentStatus>(ctx.run_id);
-  const std::unique_ptr<AgentHttpServer> endpoints = start_agent_endpoints(options, status);
+  // Both servers show the run's figures: one follower of its metrics for both.
+  const std::shared_ptr<MetricsFeed> feed =
+      options.dashboard_port >= 0 || options.agent_port >= 0
+          ? std::make_shared<MetricsFeed>(ctx.endpoint, ctx.run_id, status)
+          : nullptr;
+  const std::unique_ptr<AgentHttpServer> endpoints = start_agent_endpoints(options, status, feed);
+  const std::unique_ptr<AgentHttpServer> dashboard = start_dashboard(options, status, feed);
   const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint);
   SignalRelay relay;
   RestartBudget budget(store, ctx.run_id, options.max_restarts);

@@ -23,7 +23,14 @@ Json to_json(const JsonObject& object) {
   Json out = Json::object();
   for (const auto& [key, value] : object.fields()) {
     // nlohmann writes NaN and infinities as null.
-    std::visit([&out, &key = key](const auto& v) { out[key] = v; }, value);
+    std::visit(
+        [&out, &key = key](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::shared_ptr<const JsonObject>>)
+            out[key] = to_json(*v);
+          else
+            out[key] = v;
+        },
+        value);
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // A flat JSON object built field by field, for metrics lines and trace event
-// arguments: numbers, strings, booleans and arrays of numbers. The fields are
+// arguments: numbers, strings, booleans, arrays of numbers, tables of numbers
+// ([row][column]) and nested objects. The fields are
 // kept as plain values here and rendered by nlohmann-json in json_object.cc,
 // so this header stays light and no caller ever assembles JSON text by hand.
 //
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -22,7 +24,9 @@ namespace gradmesh::obs {
 
 class JsonObject {
  public:
-  using Value = std::variant<double, int64_t, std::string, bool, std::vector<double>>;
+  using Table = std::vector<std::vector<double>>;
+  using Value = std::variant<double, int64_t, std::string, bool, std::vector<double>, std::vector<std::string>,
+                             Table, std::shared_ptr<const JsonObject>>;
 
   JsonObject& add(const std::string& key, double value) { return set(key, value); }
   JsonObject& add(const std::string& key, int64_t value) { return set(key, value); }
@@ -31,6 +35,11 @@ class JsonObject {
   JsonObject& add(const std::string& key, const char* value) { return set(key, std::string(value)); }
   JsonObject& add(const std::string& key, bool value) { return set(key, value); }
   JsonObject& add(const std::string& key, std::vector<double> values) { return set(key, std::move(values)); }
+  JsonObject& add(const std::string& key, std::vector<std::string> values) { return set(key, std::move(values)); }
+  JsonObject& add(const std::string& key, Table rows) { return set(key, std::move(rows)); }
+  JsonObject& add(const std::string& key, const JsonObject& nested) {
+    return set(key, std::make_shared<const JsonObject>(nested));
+  }
 
   bool empty() const { return fields_.empty(); }
   const std::vector<std::pair<std::string, Value>>& fields() const { return fields_; }

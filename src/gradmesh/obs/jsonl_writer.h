@@ -18,7 +18,8 @@ class JsonlWriter {
   ~JsonlWriter();
   JsonlWriter(const JsonlWriter&) = delete;
   JsonlWriter& operator=(const JsonlWriter&) = delete;
-  // Appends `object` as one line and flushes it; a failed write or flush
+  // Appends `object` as one line, with "time" (Unix seconds) added unless it
+  // has one, and flushes it; a failed write or flush
   // (disk full, I/O error) is Error(kIo) naming the path.
   void write(const JsonObject& object);
 

@@ -23,14 +23,15 @@ std::string px(double v) {
   return text;
 }
 
-// About five round tick values covering [lo, hi].
-std::vector<double> ticks(double lo, double hi) {
+// About five round tick values covering [lo, hi]; whole numbers only when `integer`.
+std::vector<double> ticks(double lo, double hi, bool integer = false) {
   const double span = hi - lo;
   const double raw = span / 5;
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   double step = magnitude;
   for (double m : {2.0, 5.0, 10.0})
     if (raw > step) step = m * magnitude;
+  if (integer) step = std::max(1.0, std::round(step));
   std::vector<double> out;
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
   return out;
@@ -47,7 +48,119 @@ std::string no_data(const std::string& title) {
   return svg_open(title, 80) + "<text x=\"" + px(kWidth / 2) + "\" y=\"50\" text-anchor=\"middle\">no data</text></svg>";
 }
 
+// White through amber to dark red, for t in [0, 1].
+std::string heat_colour(double t) {
+  t = std::clamp(t, 0.0, 1.0);
+  const double r = 255 - 80 * t, g = 250 - 210 * t, b = 235 - 215 * t;
+  char text[16];
+  std::snprintf(text, sizeof text, "#%02x%02x%02x", static_cast<int>(r), static_cast<int>(g), static_cast<int>(b));
+  return text;
+}
+
+const char* event_colour(const std::string& kind) {
+  if (kind == "restart") return "#d62728";
+  if (kind == "slow rank") return "#e6a100";
+  if (kind == "checkpoint") return "#7f7f7f";
+  if (kind == "resume") return "#1f77b4";
+  if (kind == "finished") return "#2ca02c";
+  return "#9467bd";
+}
+
 }  // namespace
+
+std::string axis_number(double v) {
+  char text[32];
+  const double a = std::abs(v);
+  if (a >= 1e9) std::snprintf(text, sizeof text, "%.3gG", v / 1e9);
+  else if (a >= 1e6) std::snprintf(text, sizeof text, "%.3gM", v / 1e6);
+  else if (a >= 1e4) std::snprintf(text, sizeof text, "%.3gk", v / 1e3);
+  else if (a >= 1 || a == 0) std::snprintf(text, sizeof text, "%.4g", v);
+  else if (a >= 1e-3) std::snprintf(text, sizeof text, "%.3g", v);
+  else std::snprintf(text, sizeof text, "%.2g", v);
+  return text;
+}
+
+Heatmap with_rows_grouped(Heatmap map, size_t max_rows) {
+  if (map.values.size() <= max_rows || max_rows == 0) return map;
+  const size_t per = (map.values.size() + max_rows - 1) / max_rows;
+  Heatmap out = map;
+  out.values.clear(), out.row_labels.clear();
+  for (size_t first = 0; first < map.values.size(); first += per) {
+    const size_t last = std::min(map.values.size(), first + per) - 1;
+    std::vector<double> row(map.columns.size(), std::nan(""));
+    for (size_t r = first; r <= last; ++r)
+      for (size_t c = 0; c < row.size() && c < map.values[r].size(); ++c)
+        if (std::isfinite(map.values[r][c]) && !(row[c] >= map.values[r][c])) row[c] = map.values[r][c];
+    out.values.push_back(std::move(row));
+    out.row_labels.push_back("ranks " + std::to_string(first) + "-" + std::to_string(last));
+  }
+  out.title += " (largest of each group of " + std::to_string(per) + " ranks)";
+  return out;
+}
+
+std::string render_heatmap_svg(const Heatmap& map) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& row : map.values)
+    for (double v : row)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!std::isfinite(lo) || map.columns.empty()) return no_data(map.title);
+  const double cell_h = map.values.size() > 16 ? 10 : 18, label_w = 90;
+  const double height = kTop + 20 + static_cast<double>(map.values.size()) * cell_h + 40;
+  const double pw = kWidth - label_w - kRight, cell_w = pw / static_cast<double>(map.columns.size());
+  std::string svg = svg_open(map.title, height);
+  for (size_t r = 0; r < map.values.size(); ++r) {
+    const double y = kTop + 10 + static_cast<double>(r) * cell_h;
+    if (map.values.size() <= 16 || r % 4 == 0)
+      svg += "<text x=\"" + px(label_w - 6) + "\" y=\"" + px(y + cell_h - 3) + "\" text-anchor=\"end\">" +
+             html_escape(r < map.row_labels.size() ? map.row_labels[r] : std::to_string(r)) + "</text>";
+    for (size_t c = 0; c < map.columns.size() && c < map.values[r].size(); ++c) {
+      const double v = map.values[r][c];
+      if (!std::isfinite(v)) continue;
+      const double t = hi > lo ? (v - lo) / (hi - lo) : 0.0;
+      svg += "<rect x=\"" + px(label_w + static_cast<double>(c) * cell_w) + "\" y=\"" + px(y) + "\" width=\"" +
+             px(std::max(cell_w, 1.0)) + "\" height=\"" + px(cell_h) + "\" fill=\"" + heat_colour(t) + "\"><title>" +
+             html_escape(r < map.row_labels.size() ? map.row_labels[r] : std::to_string(r)) + ", " +
+             html_escape(map.x_label) + " " + axis_number(map.columns[c]) + ": " + num(v) + " " +
+             html_escape(map.unit) + "</title></rect>";
+    }
+  }
+  const double axis_y = kTop + 10 + static_cast<double>(map.values.size()) * cell_h;
+  const size_t label_every = std::max<size_t>(1, map.columns.size() / 6);
+  for (size_t c = 0; c < map.columns.size(); c += label_every)
+    svg += "<text x=\"" + px(label_w + (static_cast<double>(c) + 0.5) * cell_w) + "\" y=\"" + px(axis_y + 14) +
+           "\" text-anchor=\"middle\">" + axis_number(map.columns[c]) + "</text>";
+  svg += "<text x=\"" + px(label_w + pw / 2) + "\" y=\"" + px(axis_y + 30) + "\" text-anchor=\"middle\">" +
+         html_escape(map.x_label) + "; colour from " + num(lo) + " to " + num(hi) + " " + html_escape(map.unit) +
+         "</text>";
+  return svg + "</svg>";
+}
+
+std::string render_timeline_svg(const Timeline& t) {
+  if (t.events.empty()) return no_data(t.title);
+  const double height = 110, pw = kWidth - kLeft - kRight, base = 70;
+  const double span = std::max(t.span_seconds, 1e-9);
+  std::string svg = svg_open(t.title, height);
+  svg += "<line x1=\"" + px(kLeft) + "\" x2=\"" + px(kLeft + pw) + "\" y1=\"" + px(base) + "\" y2=\"" + px(base) +
+         "\" stroke=\"#999\"/>";
+  for (double tick : ticks(0, span))
+    svg += "<text x=\"" + px(kLeft + tick / span * pw) + "\" y=\"" + px(base + 16) +
+           "\" text-anchor=\"middle\">" + axis_number(tick) + "</text>";
+  svg += "<text x=\"" + px(kLeft + pw / 2) + "\" y=\"" + px(base + 32) +
+         "\" text-anchor=\"middle\">seconds since the run started</text>";
+  std::vector<std::string> kinds;
+  for (const TimelineEvent& e : t.events) {
+    const double x = kLeft + std::clamp(e.seconds / span, 0.0, 1.0) * pw;
+    const bool major = e.kind == "restart" || e.kind == "finished" || e.kind == "stopped";
+    svg += "<line x1=\"" + px(x) + "\" x2=\"" + px(x) + "\" y1=\"" + px(base - (major ? 30 : 14)) + "\" y2=\"" +
+           px(base) + "\" stroke=\"" + event_colour(e.kind) + "\" stroke-width=\"" + (major ? "3" : "1.5") +
+           "\"><title>" + axis_number(e.seconds) + " s: " + html_escape(e.text) + "</title></line>";
+    if (std::find(kinds.begin(), kinds.end(), e.kind) == kinds.end()) kinds.push_back(e.kind);
+  }
+  for (size_t i = 0; i < kinds.size(); ++i)
+    svg += "<text x=\"" + px(kLeft + static_cast<double>(i) * 90) + "\" y=\"" + px(kTop + 6) + "\" fill=\"" +
+           event_colour(kinds[i]) + "\">" + html_escape(kinds[i]) + "</text>";
+  return svg + "</svg>";
+}
 
 std::string html_escape(const std::string& text) {
   std::string out;
@@ -84,9 +197,10 @@ std::string render_line_chart_svg(const LineChart& chart) {
   for (double t : ticks(y0, y1))
     svg += "<line x1=\"" + px(kLeft) + "\" x2=\"" + px(kLeft + pw) + "\" y1=\"" + px(sy(t)) + "\" y2=\"" + px(sy(t)) +
            "\" stroke=\"#eee\"/><text x=\"" + px(kLeft - 6) + "\" y=\"" + px(sy(t) + 4) + "\" text-anchor=\"end\">" +
-           num(t) + "</text>";
-  for (double t : ticks(x0, x1))
-    svg += "<text x=\"" + px(sx(t)) + "\" y=\"" + px(kTop + ph + 16) + "\" text-anchor=\"middle\">" + num(t) + "</text>";
+           axis_number(t) + "</text>";
+  for (double t : ticks(x0, x1, chart.integer_x))
+    svg += "<text x=\"" + px(sx(t)) + "\" y=\"" + px(kTop + ph + 16) + "\" text-anchor=\"middle\">" + axis_number(t) +
+           "</text>";
   svg += "<text x=\"" + px(kLeft + pw / 2) + "\" y=\"" + px(kHeight - 6) + "\" text-anchor=\"middle\">" +
          html_escape(chart.x_label) + "</text>";
   svg += "<text transform=\"translate(14 " + px(kTop + ph / 2) + ") rotate(-90)\" text-anchor=\"middle\">" +
@@ -153,16 +267,33 @@ std::string render_report_html(const ReportContent& c) {
       "</title>\n<style>body{font:14px sans-serif;margin:24px;color:#222;max-width:1180px}"
       "table{border-collapse:collapse;margin:8px 0 16px}td{padding:2px 12px 2px 0}td:first-child{color:#666}"
       "svg{margin:6px 12px 6px 0;background:#fff}svg text{font:11px sans-serif;fill:#333}svg .t{font:bold 13px sans-serif}"
-      ".note{background:#fff4d6;padding:6px 10px;margin:4px 0}"
+      ".note{background:#fff4d6;padding:6px 10px;margin:4px 0}h2{font-size:16px;margin:18px 0 4px}"
+      "table.grid td,table.grid th{border-bottom:1px solid #ddd;padding:3px 14px 3px 0;text-align:right;color:#222}"
+      "table.grid td:first-child,table.grid th:first-child{text-align:left}.small{color:#666;font-size:12px}"
       "</style></head><body>\n<h1>" +
       html_escape(c.title) + "</h1>\n<table>";
   for (const auto& [key, value] : c.facts)
     page += "<tr><td>" + html_escape(key) + "</td><td>" + html_escape(value) + "</td></tr>";
   page += "</table>\n";
   for (const std::string& note : c.notes) page += "<div class=\"note\">" + html_escape(note) + "</div>\n";
+  for (const ReportTable& table : c.tables) {
+    page += "<h2>" + html_escape(table.title) + "</h2>\n<table class=\"grid\"><tr>";
+    for (const std::string& h : table.header) page += "<th>" + html_escape(h) + "</th>";
+    page += "</tr>";
+    for (const auto& row : table.rows) {
+      page += "<tr>";
+      for (const std::string& cell : row) page += "<td>" + html_escape(cell) + "</td>";
+      page += "</tr>";
+    }
+    page += "</table>\n";
+    if (!table.note.empty()) page += "<p class=\"small\">" + html_escape(table.note) + "</p>\n";
+  }
   page += "<div>\n";
   for (const LineChart& chart : c.charts) page += render_line_chart_svg(chart) + "\n";
-  page += render_phase_chart_svg(c.phases) + "\n</div>\n</body></html>\n";
+  if (!c.timeline.events.empty()) page += render_timeline_svg(c.timeline) + "\n";
+  if (!c.phases.ms_per_step.empty()) page += render_phase_chart_svg(c.phases) + "\n";
+  for (const Heatmap& map : c.heatmaps) page += render_heatmap_svg(with_rows_grouped(map, 32)) + "\n";
+  page += "</div>\n</body></html>\n";
   return page;
 }
 

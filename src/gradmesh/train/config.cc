@@ -277,6 +277,26 @@ void apply_override(Config& config, const std::string& text) {
   if (!problem.empty()) config_error(where, problem);
 }
 
+// Whether the file or an override names a metering key starting with
+// `prefix`: until a price is named, every cost shown is marked as computed
+// from the example prices (unless metering.example_prices itself is set).
+bool metering_key_given(const toml::table& root, const std::vector<std::string>& overrides, const std::string& prefix) {
+  if (const toml::table* metering = root["metering"].as_table())
+    for (auto&& [key, node] : *metering)
+      if (key.str().rfind(prefix, 0) == 0) return true;
+  for (const std::string& text : overrides)
+    if (trim(text).rfind("metering." + prefix, 0) == 0) return true;
+  return false;
+}
+
+bool prices_given(const toml::table& root, const std::vector<std::string>& overrides) {
+  return metering_key_given(root, overrides, "price_");
+}
+
+bool example_prices_given(const toml::table& root, const std::vector<std::string>& overrides) {
+  return metering_key_given(root, overrides, "example_prices");
+}
+
 }  // namespace
 
 Config parse_config(const std::string& toml_text, const std::string& source_name,
@@ -304,6 +324,7 @@ Config parse_config(const std::string& toml_text, const std::string& source_name
     config_error("", message);
   }
   for (const std::string& override_text : overrides) apply_override(config, override_text);
+  if (prices_given(root, overrides) && !example_prices_given(root, overrides)) config.metering.example_prices = false;
   check_cross_key(config, overrides.empty() ? source_name : source_name + " with --set overrides");
   return config;
 }
@@ -351,6 +372,7 @@ std::string training_config_hash(const Config& config) {
   maths.output = OutputConfig();
   maths.checkpoint = CheckpointConfig();
   maths.elastic = ElasticConfig();
+  maths.metering = MeteringConfig();
   const std::string text = config_to_toml(maths);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));

@@ -157,6 +157,19 @@ struct ElasticConfig {
   bool operator==(const ElasticConfig&) const = default;
 };
 
+// What the resources a run consumes cost (obs/metering.h). The defaults
+// are examples, and every output that shows a cost says so until the
+// config names a price.
+struct MeteringConfig {
+  MeteringConfig();
+  std::string currency;
+  double price_per_core_hour;  // CPU core-seconds, as getrusage counts them
+  double price_per_gb_month;   // checkpoint bytes kept on disk
+  double price_per_gb_egress;  // bytes sent to processes on other hosts
+  bool example_prices;         // the prices are the built-in examples (false once the config sets one)
+  bool operator==(const MeteringConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -167,6 +180,7 @@ struct Config {
   OutputConfig output;
   CheckpointConfig checkpoint;
   ElasticConfig elastic;
+  MeteringConfig metering;
   bool operator==(const Config&) const = default;
 };
 

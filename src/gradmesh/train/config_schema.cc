@@ -31,6 +31,7 @@ GRADMESH_CONFIG_SECTION(ParallelConfig, parallel)
 GRADMESH_CONFIG_SECTION(OutputConfig, output)
 GRADMESH_CONFIG_SECTION(CheckpointConfig, checkpoint)
 GRADMESH_CONFIG_SECTION(ElasticConfig, elastic)
+GRADMESH_CONFIG_SECTION(MeteringConfig, metering)
 #undef GRADMESH_CONFIG_SECTION
 
 template <class T> struct MemberOf;
@@ -221,6 +222,12 @@ std::vector<KeySpec> build_schema() {
     key<&CheckpointConfig::dir>("dir", "", any(), "Where step-<N>/ directories go; empty = <run>/checkpoints."),
 
     key<&ElasticConfig::recovery>("recovery", "restart", one_of({"restart", "in-process"}), "Under gradmesh launch, what happens when a worker dies: restart = every worker restarts from the latest checkpoint; in-process = the survivors keep their state, re-form the group with a replacement and hand it the state over the group."),
+
+    key<&MeteringConfig::example_prices>("example_prices", true, any(), "Whether the prices are the built-in examples, which every cost shown then says. It turns false by itself when the config or a --set names any price; set it false to declare the default prices your own."),
+    key<&MeteringConfig::currency>("currency", "USD", any(), "The currency the prices are in; shown next to every cost."),
+    key<&MeteringConfig::price_per_core_hour>("price_per_core_hour", 0.0425, closed(0, 1e6), "Price of one CPU core for one hour; charged on the core-seconds the workers used (user + system time, getrusage), not on the cores they were given. Example default."),
+    key<&MeteringConfig::price_per_gb_month>("price_per_gb_month", 0.023, closed(0, 1e6), "Price of keeping 1 GB (10^9 bytes) of checkpoints for a month (730 hours); the run accrues it for the bytes its checkpoints occupy, for as long as they do. Example default."),
+    key<&MeteringConfig::price_per_gb_egress>("price_per_gb_egress", 0.01, closed(0, 1e6), "Price of 1 GB sent from one host to another (collective traffic between hosts; traffic within a host is free). Example default."),
   };
   // clang-format on
 }
@@ -326,6 +333,7 @@ ParallelConfig::ParallelConfig() { fill_section_defaults("parallel", this); }
 OutputConfig::OutputConfig() { fill_section_defaults("output", this); }
 CheckpointConfig::CheckpointConfig() { fill_section_defaults("checkpoint", this); }
 ElasticConfig::ElasticConfig() { fill_section_defaults("elastic", this); }
+MeteringConfig::MeteringConfig() { fill_section_defaults("metering", this); }
 
 const std::vector<SectionSpec>& config_sections() {
   static const std::vector<SectionSpec> sections = {
@@ -338,6 +346,7 @@ const std::vector<SectionSpec>& config_sections() {
       {"output", "What a run writes and where."},
       {"checkpoint", "Checkpoints: `<run>/checkpoints/step-<N>/` with the weights, the optimizer state, `trainer.json` and a checksummed `manifest.json` (docs/checkpoint.md). `gradmesh train --resume auto` continues from the newest one that verifies."},
       {"elastic", "Recovery from failed workers under `gradmesh launch` (docs/launch.md)."},
+      {"metering", "What the run's resources cost (docs/observability.md): the cost so far, by kind, goes into metrics.jsonl, report.html and the dashboard. The default prices are examples (about a cloud's on-demand CPU core-hour, object storage and inter-zone traffic in 2026), and the outputs say so until any price is set here."},
   };
   return sections;
 }

@@ -2,6 +2,7 @@
 
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/log.h"
+#include "gradmesh/elastic/metrics_feed.h"
 #include "gradmesh/obs/json_object.h"
 #include "gradmesh/train/rank_setup.h"
 
@@ -64,6 +65,15 @@ void RunResilience::started(int64_t step, obs::JsonlWriter* metrics) {
     pending_ = elastic::read_restart_record(*store_, env_.run_id, generation_);
   } catch (const Error& e) {
     log_warn(std::string("cannot read why this generation started: ") + e.what());
+  }
+}
+
+void RunResilience::publish_metrics_path(const std::string& path) {
+  if (!launched_) return;
+  try {
+    elastic::publish_metrics_path(*store_, env_.run_id, path);
+  } catch (const Error& e) {
+    log_warn(std::string("the dashboard will not show this run's metrics: ") + e.what());
   }
 }
 

@@ -39,6 +39,9 @@ class RunResilience {
   // The run (re)starts training at `step` in the current generation; rank 0
   // passes its metrics writer (others null) to report the restart after the first step.
   void started(int64_t step, obs::JsonlWriter* metrics);
+  // Rank 0 tells the launchers where the run's metrics.jsonl is, for node 0's
+  // dashboard (elastic/metrics_feed.h); nothing without a launcher.
+  void publish_metrics_path(const std::string& path);
   // A step completed: heartbeat, and the restart event after the first one.
   void stepped(int64_t step);
   // Alive without a new step (evaluation).

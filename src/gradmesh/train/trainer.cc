@@ -17,6 +17,8 @@
 #include "gradmesh/obs/chrome_trace.h"
 #include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
+#include "gradmesh/obs/run_log.h"
+#include "gradmesh/obs/run_report_page.h"
 #include "gradmesh/optim/schedule.h"
 #include "gradmesh/parallel/local_sgd.h"
 #include "gradmesh/parallel/split_balancer.h"
@@ -27,10 +29,11 @@
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
-#include "gradmesh/train/run_report.h"
+#include "gradmesh/train/phase_totals.h"
 #include "gradmesh/train/run_resilience.h"
 #include "gradmesh/train/stop_request.h"
 #include "gradmesh/train/training_state.h"
+#include "gradmesh/train/usage_meter.h"
 #include "gradmesh/train/train_step.h"
 #include "gradmesh/core/private_files.h"
 
@@ -129,6 +132,10 @@ class TrainingRun {
   void summarize();
   void write_summary_line();
   void write_report();
+  // Rank 0: opens metrics.jsonl (`append`: after what earlier processes of the run wrote) and its meter.
+  void open_metrics(bool append);
+  // Collective: every rank's usage; rank 0 writes the usage line.
+  void meter_usage();
 
   const Config& config_;
   const TrainConfig& tc_;
@@ -182,7 +189,8 @@ class TrainingRun {
 
   TrainSummary summary_;
   std::unique_ptr<obs::JsonlWriter> metrics_;  // rank 0 only
-  RunReport report_;
+  std::unique_ptr<UsageMeter> usage_meter_;    // rank 0 only
+  PhaseTotals phase_totals_;
   obs::Progress progress_;
   parallel::SlowRankDetector detector_;
   std::unique_ptr<parallel::SplitBalancer> balancer_;  // parallel.straggler = "rebalance" with several ranks
@@ -322,6 +330,7 @@ TrainSummary TrainingRun::run() {
   if (checkpointer_) checkpointer_->finish();
   resilience_.finished();
   summarize();
+  meter_usage();  // the whole run's consumption, before the summary line quotes its cost
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
   if (config_.output.save_weights && !summary_.stopped) gather_full_parameters();
   // A split model's weights are assembled on every rank of its group; rank 0 writes them.
@@ -373,7 +382,7 @@ void TrainingRun::open_outputs() {
   }
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
-    metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", resumed || options_.generation > 0);
+    open_metrics(resumed || options_.generation > 0);
     for (const std::string& note : notes) progress_.message(note);
   }
   // Under ZeRO every rank writes its optimizer shard, a split model's writers
@@ -389,6 +398,21 @@ void TrainingRun::open_outputs() {
                                                     parts_timeout_s());
   if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
   resilience_.started(s_.step, metrics_.get());
+}
+
+void TrainingRun::open_metrics(bool append) {
+  const std::string path = summary_.run_dir + "/metrics.jsonl";
+  usage_meter_ = std::make_unique<UsageMeter>(prices_of(config_.metering), checkpoints_dir_of(config_, summary_.run_dir),
+                                              append ? path : std::string(), now_seconds());
+  metrics_ = std::make_unique<obs::JsonlWriter>(path, append);
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  resilience_.publish_metrics_path(ec ? path : absolute.string());
+}
+
+void TrainingRun::meter_usage() {
+  const std::vector<RankUsage> ranks = gather_rank_usage(world_, measure_rank_usage());
+  if (metrics_ && usage_meter_) metrics_->write(usage_meter_->line(s_.step, ranks, now_seconds()));
 }
 
 // Continue where `state` says: the same step, the same place in the global sample order.
@@ -434,7 +458,17 @@ void TrainingRun::announce() {
     progress_.message("pipeline: " + prepared_.stage_split + "; " + config_.parallel.pipeline_schedule + ", " +
                       std::to_string(pipeline_.micro_batches) + " micro-batches per step");
   progress_.message(memory_message(prepared_.memory, prepared_.memory_limit));
-  if (metrics_) metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
+  if (metrics_) {
+    metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
+    // What the report and the dashboard title a run with.
+    metrics_->write(obs::JsonObject()
+                        .add("type", "run").add("run_id", std::filesystem::path(summary_.run_dir).filename().string())
+                        .add("model", config_.model.kind).add("parameters", model().num_parameters())
+                        .add("world_size", world_size_).add("backend", backend)
+                        .add("batch_size", tc_.batch_size).add("epochs", tc_.epochs)
+                        .add("steps_per_epoch", prepared_.steps.steps_per_epoch)
+                        .add("generation", resilience_.generation()));
+  }
 }
 
 void TrainingRun::run_epochs() {
@@ -464,7 +498,7 @@ void TrainingRun::recover(const std::string& failure) {
   leader_ = rank_ == 0;
   checkpoint::TrainerState state = current_state();
   resilience_.hand_over(*group_, true, model(), *optimizer_, state, summary_.run_dir);
-  if (leader_ && !metrics_) metrics_ = std::make_unique<obs::JsonlWriter>(summary_.run_dir + "/metrics.jsonl", true);
+  if (leader_ && !metrics_) open_metrics(true);
   if (leader_ && !checkpointer_->writer())
     checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
                                                       true, now_seconds());
@@ -603,12 +637,10 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
   const double rate = static_cast<double>(s_.window_samples) / std::max(now - s_.window_start, 1e-9);
   if (metrics_) {
     write_step_line(ranks, lr, epoch, rate, now);
-    report_.add_step(s_.step, s_.last_loss, rate);
-    report_.add_phase_window(ranks);
+    phase_totals_.add_window(ranks);
     if (const std::optional<int> slow = detector_.observe(ranks)) {
       const std::string note = "step " + std::to_string(s_.step) + ": " + detector_.describe(ranks, *slow);
       progress_.message("warning: " + note);
-      report_.add_note(note);
       obs::JsonObject event;
       event.add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note);
       if (const std::optional<Phase> phase = parallel::dominant_slow_phase(ranks, *slow))
@@ -616,6 +648,7 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
       metrics_->write(event);
     }
   }
+  meter_usage();  // every rank takes part
   s_.window = PhaseTimes{};
   s_.window_samples = 0;
   s_.window_start = now;
@@ -653,6 +686,17 @@ void TrainingRun::write_step_line(const std::vector<PhaseTimes>& ranks, float lr
     line.add(std::string(parallel::phase_name(static_cast<Phase>(p))) + "_ms", mean_ms(ranks, static_cast<Phase>(p)));
   line.add("world_size", static_cast<int64_t>(ranks.size())).add("step_ms_min", fastest)
       .add("step_ms_max", slowest).add("slowest_rank", slowest_rank);
+  // Every rank's phases, for the dashboard's and the report's heatmaps.
+  std::vector<std::string> phases;
+  obs::JsonObject::Table rank_phase_ms;
+  for (int p = 0; p < parallel::kPhaseCount; ++p) phases.emplace_back(parallel::phase_name(static_cast<Phase>(p)));
+  for (const PhaseTimes& t : ranks) {
+    std::vector<double> row;
+    const double steps = static_cast<double>(std::max<int64_t>(t.steps, 1));
+    for (int p = 0; p < parallel::kPhaseCount; ++p) row.push_back(t[static_cast<Phase>(p)] / steps * 1e3);
+    rank_phase_ms.push_back(std::move(row));
+  }
+  line.add("phases", std::move(phases)).add("rank_phase_ms", std::move(rank_phase_ms));
   metrics_->write(line);
 }
 
@@ -678,7 +722,6 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
                         .add("type", "epoch").add("epoch", epoch).add("step", s_.step)
                         .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
                         .add("wall_time", now_seconds() - s_.start));
-  report_.add_epoch(epoch, r.loss, r.accuracy);
   progress_.finish();
   char line[160];
   std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f",
@@ -701,7 +744,7 @@ void TrainingRun::summarize() {
     summary_.tokens_per_s = summary_.samples_per_s * static_cast<double>(prepared_.data->train->targets_per_sample());
   summary_.gemm_gflops_per_s = static_cast<double>(kernels::gemm_flops() - flops_start_ - flops_excluded_) / 1e9 /
                                std::max(summary_.train_seconds, 1e-9);
-  const obs::PhaseBreakdown phases = report_.phase_breakdown();
+  const obs::PhaseBreakdown phases = phase_totals_.breakdown();
   double comm_share = 0;
   for (const std::vector<double>& row : phases.ms_per_step) {
     double total = 0;
@@ -736,6 +779,12 @@ void TrainingRun::write_summary_line() {
   if (!s.pipeline_bubble_per_rank.empty())
     line.add("pipeline_bubble_per_rank", s.pipeline_bubble_per_rank)
         .add("pipeline_bubble_textbook", s.pipeline_bubble_textbook);
+  if (usage_meter_) {
+    const obs::Cost& c = usage_meter_->cost();
+    line.add("cost", obs::JsonObject().add("compute", c.compute).add("storage", c.storage).add("egress", c.egress)
+                         .add("total", c.total()))
+        .add("currency", usage_meter_->prices().currency).add("example_prices", usage_meter_->prices().examples);
+  }
   if (checkpointer_ && checkpointer_->saves() > 0) {
     const checkpoint::CheckpointStats c = checkpointer_->stats();
     line.add("checkpoints_saved", c.saved).add("checkpoints_failed", c.failed)
@@ -745,17 +794,11 @@ void TrainingRun::write_summary_line() {
   metrics_->write(line);
 }
 
+// The page is built from metrics.jsonl, as `gradmesh report` rebuilds it;
+// only what the file does not hold (the pipeline's bubble) is added here.
 void TrainingRun::write_report() {
   const TrainSummary& s = summary_;
-  const std::string backend = world_ ? world_->backend() : "none";
-  char rate[64];
-  std::snprintf(rate, sizeof rate, "%.0f samples/s", s.samples_per_s);
-  report_.add_fact("model", config_.model.kind + ", " + std::to_string(model().num_parameters()) + " parameters");
-  report_.add_fact("ranks", std::to_string(world_size_) + (multi_rank(world_) ? " (" + backend + ")" : ""));
-  report_.add_fact("steps", std::to_string(s.steps) + " of global batch " + std::to_string(tc_.batch_size));
-  report_.add_fact("throughput", rate);
-  if (s.evaluated) report_.add_fact("final test accuracy", std::to_string(s.test_accuracy));
-  report_.add_fact("exposed communication", std::to_string(s.exposed_comm_share * 100).substr(0, 5) + "% of step time");
+  obs::ReportContent content = obs::report_content(obs::read_run_log(s.run_dir + "/metrics.jsonl"));
   if (!s.pipeline_bubble_per_rank.empty()) {
     double mean = 0;
     std::string per_rank;
@@ -768,9 +811,9 @@ void TrainingRun::write_report() {
     char fact[160];
     std::snprintf(fact, sizeof fact, "%.3f idle per stage, mean of ranks (%s); (p-1)/(m+p-1) = %.3f", mean,
                   per_rank.c_str(), s.pipeline_bubble_textbook);
-    report_.add_fact("pipeline bubble", fact);
+    content.facts.emplace_back("pipeline bubble", fact);
   }
-  report_.write(s.run_dir + "/report.html", "gradmesh run " + s.run_dir);
+  write_file_atomically(s.run_dir + "/report.html", obs::render_report_html(content));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gloo/transport/tcp/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/pair.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -63,6 +64,14 @@ bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
   return false;
 }
 
+// Both ends have the same address: the kernel carries it over loopback.
+bool on_this_host(int fd) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t mine_length = sizeof mine, their_length = sizeof theirs;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_length) == 0 &&
+         ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &their_length) == 0 && same_ip(mine, theirs);
+}
+
 }  // namespace
 
 void rebind_send_buffer(gloo::transport::Buffer& buffer, void* ptr) { BufferAccess::set_ptr(buffer, ptr); }
@@ -74,7 +83,10 @@ std::shared_ptr<gloo::transport::Context> make_lazy_tcp_context(const std::share
   return std::make_shared<LazyTcpContext>(std::move(tcp), rank, size);
 }
 
+PairSockets::PairSockets() { start_metering(); }
+
 PairSockets::PairSockets(gloo::Context& context) {
+  start_metering();
   std::vector<int> peers;
   for (int peer = 0; peer < context.size; ++peer)
     if (peer != context.rank) peers.push_back(peer);
@@ -100,7 +112,29 @@ void PairSockets::add(gloo::Context& context, const std::vector<int>& peers) {
 }
 
 PairSockets::~PairSockets() {
+  meter_.reset();  // its last reading needs the sockets open
   for (int fd : fds_) ::close(fd);
+}
+
+void PairSockets::start_metering() {
+  meter_ = std::make_unique<TrafficSource>(TrafficBackend::kGloo, [this] { return traffic(); });
+}
+
+Traffic PairSockets::traffic() const {
+  Traffic total;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int fd : fds_) {
+    // The kernel's byte counts (Linux 4.1+); a shorter tcp_info from an older
+    // kernel leaves them zero rather than failing.
+    tcp_info info{};
+    socklen_t length = sizeof info;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) continue;
+    Traffic t;
+    t.sent = info.tcpi_bytes_acked, t.received = info.tcpi_bytes_received;
+    if (!on_this_host(fd)) t.inter_host_sent = t.sent, t.inter_host_received = t.received;
+    total += t;
+  }
+  return total;
 }
 
 void PairSockets::shut_down() const {
@@ -121,13 +155,8 @@ bool PairSockets::all_open() const {
 
 bool PairSockets::all_on_this_host() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int fd : fds_) {
-    sockaddr_storage mine{}, theirs{};
-    socklen_t mine_length = sizeof mine, their_length = sizeof theirs;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_length) != 0 ||
-        ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &their_length) != 0 || !same_ip(mine, theirs))
-      return false;
-  }
+  for (int fd : fds_)
+    if (!on_this_host(fd)) return false;
   return true;
 }
 

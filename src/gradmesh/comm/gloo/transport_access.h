@@ -44,6 +44,8 @@
 #include <mutex>
 #include <vector>
 
+#include "gradmesh/comm/traffic_meter.h"
+
 namespace gloo {
 class Context;
 namespace transport {
@@ -73,7 +75,7 @@ class PairSockets {
   // Error(kComm) if a pair is not a connected TCP pair.
   explicit PairSockets(gloo::Context& context);
   // None yet: a group with lazy connections adds them as they connect.
-  PairSockets() = default;
+  PairSockets();
   ~PairSockets();
   PairSockets(const PairSockets&) = delete;
   PairSockets& operator=(const PairSockets&) = delete;
@@ -90,10 +92,17 @@ class PairSockets {
   // kernel carries it over loopback, not a network: the peers run on this
   // host (in this network namespace).
   bool all_on_this_host() const;
+  // Bytes moved over the connections so far, by the kernel's count; those to
+  // peers at another address are inter-host. The traffic meter
+  // (comm/traffic_meter.h) reads this while the group lives, and once more
+  // when it is destroyed.
+  Traffic traffic() const;
 
  private:
+  void start_metering();
   mutable std::mutex mutex_;  // add() may run while another thread shuts the connections down
   std::vector<int> fds_;      // one per connected peer
+  std::unique_ptr<TrafficSource> meter_;
 };
 
 }  // namespace gradmesh::comm::gloo_backend

@@ -14,6 +14,7 @@
 #include "gradmesh/comm/arrival_report.h"
 #include "gradmesh/comm/mpi/bf16_ops.h"
 #include "gradmesh/comm/op_queue.h"
+#include "gradmesh/comm/traffic_meter.h"
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/text_format.h"
@@ -103,6 +104,15 @@ class MpiProcessGroup : public ProcessGroup {
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
+  // MPI reports no wire bytes: the traffic meter gets what a bandwidth-optimal
+  // algorithm moves per rank, (n-1)/n of `bytes` per pass over the ring.
+  uint64_t ring_share(size_t bytes) const {
+    return static_cast<uint64_t>(bytes) * static_cast<uint64_t>(size_ - 1) / static_cast<uint64_t>(size_);
+  }
+  void meter(uint64_t sent, uint64_t received) const {
+    count_traffic(TrafficBackend::kMpi, sent, received, !one_host_);
+  }
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
@@ -117,6 +127,7 @@ class MpiProcessGroup : public ProcessGroup {
                                mpi_op(options.op, tensor.dtype()), comm_, &request),
                 what);
       complete(request, what, options.timeout, {tensor});
+      meter(2 * ring_share(tensor.nbytes()), 2 * ring_share(tensor.nbytes()));
       if (options.op == ReduceOp::kAvg) divide(tensor, size_);
     });
   }
@@ -129,6 +140,7 @@ class MpiProcessGroup : public ProcessGroup {
       check_mpi(MPI_Ibcast(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, options.root, comm_, &request),
                 what);
       complete(request, what, options.timeout, {tensor});
+      meter(ring_share(tensor.nbytes()), ring_share(tensor.nbytes()));
     });
   }
 
@@ -140,6 +152,7 @@ class MpiProcessGroup : public ProcessGroup {
       const int bytes = static_cast<int>(in.nbytes());
       check_mpi(MPI_Iallgather(in.raw(), bytes, MPI_BYTE, out.raw(), bytes, MPI_BYTE, comm_, &request), what);
       complete(request, what, options.timeout, {in, out});
+      meter(ring_share(out.nbytes()), ring_share(out.nbytes()));
     });
   }
 
@@ -152,6 +165,7 @@ class MpiProcessGroup : public ProcessGroup {
                                           mpi_op(options.op, in.dtype()), comm_, &request),
                 what);
       complete(request, what, options.timeout, {in, out});
+      meter(ring_share(in.nbytes()), ring_share(in.nbytes()));
       if (options.op == ReduceOp::kAvg) divide(out, size_);
     });
   }
@@ -172,6 +186,7 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Request request;
       check_mpi(MPI_Isend(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, tag, comm_, &request), what);
       complete(request, what, options.timeout, {tensor}, /*collective=*/false);
+      meter(tensor.nbytes(), 0);
     });
   }
 
@@ -182,6 +197,7 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Request request;
       check_mpi(MPI_Irecv(tensor.raw(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_, &request), what);
       complete(request, what, options.timeout, {tensor}, /*collective=*/false);
+      meter(0, tensor.nbytes());
     });
   }
 
@@ -292,6 +308,13 @@ class MpiProcessGroup : public ProcessGroup {
   std::vector<Tensor> abandoned_;         // buffers of timed-out requests MPI may still touch
   Millis timeout_;
   int rank_ = 0, size_ = 1;
+  // Open MPI says how many of the job's ranks share this host: if all of
+  // them, no byte leaves it. Otherwise every byte counts as inter-host.
+  const bool one_host_ = [] {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+    return local != nullptr && world != nullptr && std::string(local) == world;
+  }();
   int64_t seq_ = 0;
   std::unique_ptr<OpQueue> queue_;
 };

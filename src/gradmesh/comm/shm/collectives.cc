@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gradmesh/comm/reduce.h"
+#include "gradmesh/comm/traffic_meter.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/text_format.h"
 
@@ -133,6 +134,7 @@ void Collectives::allreduce(void* data, int64_t count, DType dtype, ReduceOp op,
     Slice own;
     uint32_t copied_in;  // progress once every rank copied it in
   };
+  uint64_t sent = 0, received = 0;  // into and out of the segment, for the traffic meter
   // Step 1: publish everything but our own slice (we read that from `here`).
   auto copy_in = [&](int64_t offset) {
     Chunk c{user + offset * esize, std::min(chunk, count - offset), claim_region(ctx), {}, 0};
@@ -140,6 +142,7 @@ void Collectives::allreduce(void* data, int64_t count, DType dtype, ReduceOp op,
     std::byte* mine = segment_->region(c.buffer) + rank_ * slot_bytes;
     std::memcpy(mine, c.here, c.own.lo * esize);
     std::memcpy(mine + c.own.hi * esize, c.here + c.own.hi * esize, (c.n - c.own.hi) * esize);
+    sent += static_cast<uint64_t>(c.n - (c.own.hi - c.own.lo)) * esize;
     advance();
     c.copied_in = progress_;
     return c;
@@ -156,6 +159,8 @@ void Collectives::allreduce(void* data, int64_t count, DType dtype, ReduceOp op,
       inputs[r] = (r == rank_ ? current.here : region + r * slot_bytes) + current.own.lo * esize;
     const Slice own = current.own;
     reduce_buffers(inputs.data(), size_, result + own.lo * esize, own.hi - own.lo, dtype, op);
+    received += static_cast<uint64_t>(size_ - 1) * static_cast<uint64_t>(own.hi - own.lo) * esize;
+    sent += static_cast<uint64_t>(own.hi - own.lo) * esize;
     advance();
     const uint32_t reduced = progress_;
     // Our own slice of the result is in this core's cache now, and no other
@@ -169,10 +174,12 @@ void Collectives::allreduce(void* data, int64_t count, DType dtype, ReduceOp op,
     wait_all(reduced, ctx);
     std::memcpy(current.here, result, own.lo * esize);
     std::memcpy(current.here + own.hi * esize, result + own.hi * esize, (current.n - own.hi) * esize);
+    received += static_cast<uint64_t>(current.n - (own.hi - own.lo)) * esize;
     advance();
     release_region(current.buffer);
     current = next;
   }
+  count_traffic(TrafficBackend::kShm, sent, received, /*inter_host=*/false);
 }
 
 void Collectives::allreduce_small(void* data, int64_t count, DType dtype, ReduceOp op, size_t slot_bytes,
@@ -190,6 +197,7 @@ void Collectives::allreduce_small(void* data, int64_t count, DType dtype, Reduce
   reduce_buffers(inputs.data(), size_, data, count, dtype, op);
   advance();
   release_region(buffer);
+  count_traffic(TrafficBackend::kShm, bytes, static_cast<uint64_t>(size_ - 1) * bytes, /*inter_host=*/false);
 }
 
 void Collectives::broadcast(void* data, int64_t count, DType dtype, int root, const OpContext& ctx) {
@@ -205,10 +213,12 @@ void Collectives::broadcast(void* data, int64_t count, DType dtype, int root, co
     // Root never reads it back, so it jumps straight to P+2.
     if (rank_ == root) {
       std::memcpy(region, user + offset * esize, n * esize);
+      count_traffic(TrafficBackend::kShm, n * esize, 0, /*inter_host=*/false);
       advance(2);
     } else {
       wait_peer(segment_->progress(root), root, progress_ + 1, ctx);
       std::memcpy(user + offset * esize, region, n * esize);
+      count_traffic(TrafficBackend::kShm, 0, n * esize, /*inter_host=*/false);
       advance(2);
     }
     release_region(buffer);
@@ -233,6 +243,7 @@ void Collectives::allgather(const void* in, void* out, int64_t count, DType dtyp
     wait_all(progress_, ctx);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(target + (r * count + offset) * esize, region + r * slot_bytes, n * esize);
+    count_traffic(TrafficBackend::kShm, n * esize, static_cast<uint64_t>(size_ - 1) * n * esize, /*inter_host=*/false);
     advance();
     release_region(buffer);
   }
@@ -265,6 +276,8 @@ void Collectives::reduce_scatter(const void* in, void* out, int64_t count, DType
     for (int r = 0; r < size_; ++r)
       inputs[r] = r == rank_ ? source + (rank_ * count + offset) * esize : region + r * slot_bytes + rank_ * piece_bytes;
     reduce_buffers(inputs.data(), size_, target + offset * esize, n, dtype, op);
+    const uint64_t pieces = static_cast<uint64_t>(size_ - 1) * n * esize;
+    count_traffic(TrafficBackend::kShm, pieces, pieces, /*inter_host=*/false);
     advance();
     release_region(buffer);
   }
@@ -290,6 +303,7 @@ void Collectives::send(const void* data, int64_t count, DType dtype, int dst, in
     box.headers[slot] = {tag, count, static_cast<int32_t>(dtype), static_cast<int32_t>(i)};
     const size_t begin = i * chunk;
     std::memcpy(segment_->mail_data(rank_, dst, slot), source + begin, std::min(chunk, bytes - std::min(bytes, begin)));
+    count_traffic(TrafficBackend::kShm, std::min(chunk, bytes - std::min(bytes, begin)), 0, /*inter_host=*/false);
     sent_[dst] = k + 1;
     publish(box.sent, static_cast<uint32_t>(k + 1));
   }
@@ -315,6 +329,7 @@ void Collectives::recv(void* data, int64_t count, DType dtype, int src, int64_t 
                       "tag, dtype and element count");
     const size_t begin = i * chunk;
     std::memcpy(target + begin, segment_->mail_data(src, rank_, slot), std::min(chunk, bytes - std::min(bytes, begin)));
+    count_traffic(TrafficBackend::kShm, 0, std::min(chunk, bytes - std::min(bytes, begin)), /*inter_host=*/false);
     received_[src] = k + 1;
     publish(box.acked, static_cast<uint32_t>(k + 1));
   }

@@ -1,0 +1,80 @@
+// What the dashboard streams: the launcher's own state changes and, once
+// rank 0 said where it is, every line of the run's metrics.jsonl as it is
+// written. Rank 0 publishes the file's path in the store (a launcher does
+// not know where the worker command keeps its run); the agent on the host
+// that has the file follows it, the others show their own state only.
+//
+// Key: <run_id>/metrics_path, the absolute path of metrics.jsonl.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gradmesh/comm/store.h"
+#include "gradmesh/elastic/agent_status.h"
+
+namespace gradmesh::obs {
+class RunLogReader;
+}
+
+namespace gradmesh::elastic {
+
+std::string metrics_path_key(const std::string& run_id);
+void publish_metrics_path(comm::Store& store, const std::string& run_id, const std::string& path);
+
+class MetricsFeed {
+ public:
+  struct Event {
+    std::string name;  // "agent" or "metrics"
+    std::string data;  // one JSON object
+  };
+
+  // Follows the run from a thread of its own, polling every `interval`;
+  // `store_endpoint`: the launcher's store (a connection of its own).
+  MetricsFeed(std::string store_endpoint, std::string run_id, std::shared_ptr<const AgentStatus> status,
+              std::chrono::milliseconds interval = std::chrono::milliseconds(250));
+  ~MetricsFeed();
+  MetricsFeed(const MetricsFeed&) = delete;
+  MetricsFeed& operator=(const MetricsFeed&) = delete;
+
+  // The events from `next` on, waiting up to `timeout` while there are none;
+  // advances `next` past them. Empty when the wait ran out or the feed stops.
+  std::vector<Event> events_since(size_t& next, std::chrono::milliseconds timeout);
+  // The run's figures in Prometheus's text format (obs/run_exposition.h),
+  // with the agent's own.
+  std::string prometheus_text() const;
+  const std::string& run_id() const { return run_id_; }
+  bool stopping() const;
+
+ private:
+  void loop();
+  void poll();
+  void follow_file();
+  void append(Event event);  // REQUIRES: mutex_ held
+
+  std::string endpoint_, run_id_;
+  std::shared_ptr<const AgentStatus> status_;
+  std::chrono::milliseconds interval_;
+  std::shared_ptr<comm::Store> store_;  // opened on the feed's thread
+  size_t agent_seen_ = 0;
+  std::string path_;      // of metrics.jsonl, once published
+  uint64_t offset_ = 0;   // bytes of it consumed (complete lines only)
+  std::string partial_;   // a line still being written
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Event> events_;
+  std::unique_ptr<obs::RunLogReader> reader_;
+  bool stopping_ = false;
+  bool warned_ = false;
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace gradmesh::elastic

@@ -1,0 +1,279 @@
+#include "gradmesh/obs/run_report_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace gradmesh::obs {
+namespace {
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+std::string bytes_text(double bytes) {
+  char text[64];
+  if (bytes >= 1e9) std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1e6) std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+  else if (bytes >= 1e3) std::snprintf(text, sizeof text, "%.1f kB", bytes / 1e3);
+  else std::snprintf(text, sizeof text, "%.0f B", bytes);
+  return text;
+}
+
+std::string field(const std::map<std::string, std::string>& m, const std::string& key, const std::string& fallback = "") {
+  const auto it = m.find(key);
+  return it == m.end() ? fallback : it->second;
+}
+
+std::optional<double> summary_value(const RunLog& log, const std::string& key) {
+  const auto it = log.summary.find(key);
+  if (it == log.summary.end()) return std::nullopt;
+  return it->second;
+}
+
+ChartSeries series(const std::string& name) { return {name, {}}; }
+
+ChartSeries loss_series(const RunLog& log, const std::string& name) {
+  ChartSeries s = series(name);
+  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.loss);
+  return s;
+}
+
+ChartSeries throughput_series(const RunLog& log, const std::string& name) {
+  ChartSeries s = series(name);
+  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.samples_per_s);
+  return s;
+}
+
+ChartSeries accuracy_series(const RunLog& log, const std::string& name) {
+  ChartSeries s = series(name);
+  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.test_accuracy);
+  return s;
+}
+
+ChartSeries test_loss_series(const RunLog& log, const std::string& name) {
+  ChartSeries s = series(name);
+  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.test_loss);
+  return s;
+}
+
+// Mean ms per step of each phase over the run, per rank (the step lines are
+// intervals of equal steps, so a plain mean of intervals).
+PhaseBreakdown phase_breakdown(const RunLog& log) {
+  PhaseBreakdown b;
+  b.phases = log.phases;
+  size_t ranks = 0;
+  for (const StepRecord& s : log.steps) ranks = std::max(ranks, s.rank_phase_ms.size());
+  if (ranks == 0 || ranks > 64) return b;  // more ranks read better as a heatmap
+  b.ms_per_step.assign(ranks, std::vector<double>(b.phases.size(), 0.0));
+  std::vector<double> counted(ranks, 0);
+  for (const StepRecord& s : log.steps)
+    for (size_t r = 0; r < s.rank_phase_ms.size(); ++r) {
+      for (size_t p = 0; p < b.phases.size() && p < s.rank_phase_ms[r].size(); ++p)
+        b.ms_per_step[r][p] += s.rank_phase_ms[r][p];
+      counted[r] += 1;
+    }
+  for (size_t r = 0; r < ranks; ++r)
+    for (double& v : b.ms_per_step[r]) v /= std::max(counted[r], 1.0);
+  return b;
+}
+
+// Rows: ranks; columns: log intervals; value: ms per step in the phases `pick` sums.
+Heatmap rank_heatmap(const RunLog& log, const std::string& title, const std::vector<std::string>& phases) {
+  Heatmap map;
+  map.title = title, map.x_label = "step", map.unit = "ms/step";
+  size_t ranks = 0;
+  for (const StepRecord& s : log.steps) ranks = std::max(ranks, s.rank_phase_ms.size());
+  if (ranks == 0) return map;
+  // At most 120 columns: neighbouring intervals merged by their mean.
+  const size_t per = std::max<size_t>(1, (log.steps.size() + 119) / 120);
+  for (size_t r = 0; r < ranks; ++r) map.row_labels.push_back("rank " + std::to_string(r));
+  map.values.assign(ranks, {});
+  for (size_t first = 0; first < log.steps.size(); first += per) {
+    const size_t last = std::min(log.steps.size(), first + per);
+    map.columns.push_back(static_cast<double>(log.steps[last - 1].step));
+    for (size_t r = 0; r < ranks; ++r) {
+      double sum = 0, n = 0;
+      for (size_t i = first; i < last; ++i) {
+        const StepRecord& s = log.steps[i];
+        if (r >= s.rank_phase_ms.size()) continue;
+        double v = 0;
+        for (size_t p = 0; p < log.phases.size() && p < s.rank_phase_ms[r].size(); ++p)
+          if (phases.empty() || std::find(phases.begin(), phases.end(), log.phases[p]) != phases.end())
+            v += s.rank_phase_ms[r][p];
+        sum += v, n += 1;
+      }
+      map.values[r].push_back(n > 0 ? sum / n : std::nan(""));
+    }
+  }
+  return map;
+}
+
+Timeline timeline(const RunLog& log) {
+  Timeline t;
+  t.title = "Restarts, checkpoints and warnings over time";
+  double end = log.first_time;
+  for (const StepRecord& s : log.steps) end = std::max(end, s.time);
+  for (const RunEvent& e : log.events) {
+    if (e.time <= 0) continue;
+    t.events.push_back({e.time - log.first_time, run_event_name(e.kind), "step " + std::to_string(e.step) + ": " + e.text});
+    end = std::max(end, e.time);
+  }
+  t.span_seconds = end - log.first_time;
+  return t;
+}
+
+std::vector<std::vector<std::string>> cost_rows(const UsageRecord& u) {
+  const std::string& c = u.prices.currency;
+  char price[96];
+  std::vector<std::vector<std::string>> rows;
+  std::snprintf(price, sizeof price, "%g %s per core-hour", u.prices.core_hour, c.c_str());
+  rows.push_back({"compute", fixed(u.total("cpu_seconds"), 1) + " core-seconds", price, money_text(u.cost.compute, c)});
+  std::snprintf(price, sizeof price, "%g %s per GB-month", u.prices.storage_gb_month, c.c_str());
+  rows.push_back({"checkpoint storage",
+                  bytes_text(u.total("checkpoint_stored_bytes")) + " kept now; " +
+                      axis_number(u.total("storage_gb_seconds") / 3600) + " GB-hours so far",
+                  price, money_text(u.cost.storage, c)});
+  std::snprintf(price, sizeof price, "%g %s per GB", u.prices.egress_gb, c.c_str());
+  rows.push_back({"network egress between hosts", bytes_text(u.total("inter_host_bytes")), price,
+                  money_text(u.cost.egress, c)});
+  rows.push_back({"total", "", "", money_text(u.cost.total(), c)});
+  return rows;
+}
+
+std::string prices_note(const UsageRecord& u) {
+  return u.prices.examples ? "Example prices: set [metering] in the config to yours. Compute is charged on the "
+                             "core-seconds the workers used (getrusage), not the cores they held."
+                           : "Prices from the run's [metering] config. Compute is charged on the core-seconds the "
+                             "workers used (getrusage), not the cores they held.";
+}
+
+ReportTable usage_table(const UsageRecord& u) {
+  ReportTable t;
+  t.title = "Resources used";
+  t.header = {"resource", "total", "per rank (this process)"};
+  const auto per_rank = [&](const std::string& name, bool bytes) {
+    const auto it = u.ranks.find(name);
+    if (it == u.ranks.end() || it->second.empty()) return std::string();
+    const auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
+    return bytes ? bytes_text(*lo) + " - " + bytes_text(*hi) : fixed(*lo, 1) + " - " + fixed(*hi, 1);
+  };
+  t.rows.push_back({"CPU core-seconds", fixed(u.total("cpu_seconds"), 1), per_rank("cpu_seconds", false)});
+  t.rows.push_back({"wall seconds", fixed(u.total("wall_seconds"), 1), per_rank("wall_seconds", false)});
+  t.rows.push_back({"peak memory (RSS)", bytes_text(u.total("peak_rss_bytes")), per_rank("peak_rss_bytes", true)});
+  t.rows.push_back({"sent by collectives", bytes_text(u.total("sent_bytes")), per_rank("sent_bytes", true)});
+  t.rows.push_back({"received by collectives", bytes_text(u.total("received_bytes")), per_rank("received_bytes", true)});
+  t.rows.push_back({"sent to other hosts", bytes_text(u.total("inter_host_bytes")), per_rank("inter_host_bytes", true)});
+  t.rows.push_back({"dataset read", bytes_text(u.total("dataset_read_bytes")), per_rank("dataset_read_bytes", true)});
+  t.rows.push_back({"checkpoints written", bytes_text(u.total("checkpoint_written_bytes")),
+                    per_rank("checkpoint_written_bytes", true)});
+  for (const auto& [backend, figures] : u.backends) {
+    const auto sent = figures.find("sent_bytes");
+    t.rows.push_back({"  of which " + backend + " sent", sent == figures.end() ? "" : bytes_text(sent->second), ""});
+  }
+  t.note = "Totals are the whole run, every process it took; per-rank figures are the last process's.";
+  return t;
+}
+
+}  // namespace
+
+ReportContent report_content(const RunLog& log) {
+  ReportContent c;
+  c.title = "gradmesh run " + field(log.run, "run_id", log.path);
+  const std::string world = field(log.run, "world_size");
+  if (!log.run.empty()) {
+    c.facts.emplace_back("model", field(log.run, "model") + ", " + field(log.run, "parameters") + " parameters");
+    c.facts.emplace_back("ranks", world + (world != "1" ? " (" + field(log.run, "backend") + ")" : ""));
+  }
+  if (const auto steps = summary_value(log, "steps"))
+    c.facts.emplace_back("steps", fixed(*steps, 0) + " of global batch " + field(log.run, "batch_size", "?"));
+  if (const auto rate = summary_value(log, "samples_per_s")) c.facts.emplace_back("throughput", fixed(*rate, 0) + " samples/s");
+  if (const auto acc = summary_value(log, "test_accuracy")) c.facts.emplace_back("final test accuracy", fixed(*acc, 4));
+  if (const auto share = summary_value(log, "exposed_comm_share"))
+    c.facts.emplace_back("exposed communication", fixed(*share * 100, 2) + "% of step time");
+  if (log.usage)
+    c.facts.emplace_back("cost so far", money_text(log.usage->cost.total(), log.usage->prices.currency) +
+                                            (log.usage->prices.examples ? " (example prices)" : ""));
+  if (log.steps.empty() && log.summary.empty()) c.notes.push_back("This run has not logged a step yet.");
+  if (log.truncated_tail)
+    c.notes.push_back("The last line of metrics.jsonl was cut off (the process was killed while writing it); it is left out.");
+  for (const RunEvent& e : log.events)
+    if (e.kind == RunEvent::Kind::kSlowRank) c.notes.push_back("step " + std::to_string(e.step) + ": " + e.text);
+  if (log.usage) {
+    c.tables.push_back({"Cost", {"kind", "used", "price", "cost"}, cost_rows(*log.usage), prices_note(*log.usage)});
+    c.tables.push_back(usage_table(*log.usage));
+  }
+  c.charts = {{"Training loss", "step", "loss", {loss_series(log, "train loss")}},
+              {"Test accuracy", "epoch", "accuracy", {accuracy_series(log, "test accuracy")}, true},
+              {"Throughput", "step", "samples/s", {throughput_series(log, "samples/s")}},
+              {"Test loss", "epoch", "loss", {test_loss_series(log, "test loss")}, true}};
+  c.timeline = timeline(log);
+  c.phases = phase_breakdown(log);
+  Heatmap step = rank_heatmap(log, "Step time per rank over the run", {});
+  if (!step.values.empty()) {
+    c.heatmaps.push_back(std::move(step));
+    c.heatmaps.push_back(rank_heatmap(log, "Waiting for communication per rank over the run", {"comm"}));
+  }
+  return c;
+}
+
+ReportContent comparison_content(const RunLog& a, const std::string& name_a, const RunLog& b,
+                                 const std::string& name_b) {
+  ReportContent c;
+  c.title = "gradmesh runs compared: A = " + name_a + ", B = " + name_b;
+  ReportTable t;
+  t.title = "Side by side";
+  t.header = {"", "A", "B", "B / A"};
+  const auto row = [&](const std::string& label, std::optional<double> x, std::optional<double> y, int digits) {
+    t.rows.push_back({label, x ? fixed(*x, digits) : "-", y ? fixed(*y, digits) : "-",
+                      x && y && *x != 0 ? fixed(*y / *x, 3) : "-"});
+  };
+  t.rows.push_back({"model", field(a.run, "model") + " (" + field(a.run, "parameters") + ")",
+                    field(b.run, "model") + " (" + field(b.run, "parameters") + ")", ""});
+  t.rows.push_back({"ranks", field(a.run, "world_size") + " " + field(a.run, "backend"),
+                    field(b.run, "world_size") + " " + field(b.run, "backend"), ""});
+  row("steps", summary_value(a, "steps"), summary_value(b, "steps"), 0);
+  row("samples/s", summary_value(a, "samples_per_s"), summary_value(b, "samples_per_s"), 0);
+  row("final train loss", summary_value(a, "final_train_loss"), summary_value(b, "final_train_loss"), 4);
+  row("test accuracy", summary_value(a, "test_accuracy"), summary_value(b, "test_accuracy"), 4);
+  row("training seconds", summary_value(a, "train_seconds"), summary_value(b, "train_seconds"), 1);
+  row("exposed communication share", summary_value(a, "exposed_comm_share"), summary_value(b, "exposed_comm_share"), 4);
+  const auto mean_phase = [](const RunLog& log, size_t p) -> std::optional<double> {
+    if (log.steps.empty() || p >= log.phases.size()) return std::nullopt;
+    double sum = 0;
+    for (const StepRecord& s : log.steps) sum += p < s.phase_ms.size() ? s.phase_ms[p] : 0;
+    return sum / static_cast<double>(log.steps.size());
+  };
+  for (size_t p = 0; p < a.phases.size() || p < b.phases.size(); ++p)
+    row((p < a.phases.size() ? a.phases[p] : b.phases[p]) + " ms per step (mean of ranks)", mean_phase(a, p),
+        mean_phase(b, p), 3);
+  const auto cost = [](const RunLog& log, double Cost::*part) -> std::optional<double> {
+    if (!log.usage) return std::nullopt;
+    return log.usage->cost.*part;
+  };
+  row("cost: compute", cost(a, &Cost::compute), cost(b, &Cost::compute), 6);
+  row("cost: storage", cost(a, &Cost::storage), cost(b, &Cost::storage), 9);
+  row("cost: egress", cost(a, &Cost::egress), cost(b, &Cost::egress), 6);
+  row("cost: total", a.usage ? std::optional(a.usage->cost.total()) : std::nullopt,
+      b.usage ? std::optional(b.usage->cost.total()) : std::nullopt, 6);
+  row("CPU core-seconds", a.usage ? std::optional(a.usage->total("cpu_seconds")) : std::nullopt,
+      b.usage ? std::optional(b.usage->total("cpu_seconds")) : std::nullopt, 1);
+  row("bytes sent to other hosts", a.usage ? std::optional(a.usage->total("inter_host_bytes")) : std::nullopt,
+      b.usage ? std::optional(b.usage->total("inter_host_bytes")) : std::nullopt, 0);
+  if (a.usage && b.usage && a.usage->prices.currency != b.usage->prices.currency)
+    c.notes.push_back("The runs' costs are in different currencies (" + a.usage->prices.currency + ", " +
+                      b.usage->prices.currency + "): their ratio means nothing.");
+  if ((a.usage && a.usage->prices.examples) || (b.usage && b.usage->prices.examples))
+    t.note = "Costs use example prices where a run's config set none.";
+  c.tables.push_back(std::move(t));
+  c.charts = {{"Training loss", "step", "loss", {loss_series(a, "A"), loss_series(b, "B")}},
+              {"Test accuracy", "epoch", "accuracy", {accuracy_series(a, "A"), accuracy_series(b, "B")}, true},
+              {"Throughput", "step", "samples/s", {throughput_series(a, "A"), throughput_series(b, "B")}},
+              {"Test loss", "epoch", "loss", {test_loss_series(a, "A"), test_loss_series(b, "B")}, true}};
+  return c;
+}
+
+}  // namespace gradmesh::obs
