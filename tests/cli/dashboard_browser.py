@@ -7,8 +7,15 @@ checks that the failure and the restart reach the timeline while the run
 goes on. Saves a screenshot.
 
 usage: dashboard_browser.py GRADMESH SOURCE_DIR WORKDIR SCREENSHOT
+       dashboard_browser.py --wide SOURCE_DIR SCREENSHOT
+--wide: the page (the same file gradmesh compiles in) fed a 256-rank run with
+one slow rank, from a small event server here: the heatmap keeps to 32 rows
+of 8 ranks and the slow rank's group stands out.
 Exit 77 (skipped) when Chromium, chromedriver or python3-selenium is missing.
 """
+import http.server
+import json
+import threading
 import os
 import re
 import shutil
@@ -19,20 +26,43 @@ import time
 SKIP = 77
 
 
-def main():
-    gradmesh, source, workdir, screenshot = sys.argv[1:5]
-    chromedriver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    if not (shutil.which("chromium") and os.path.exists(chromedriver)):
-        print("SKIP: Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
-        return SKIP
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+def browser_missing():
+    if not (shutil.which("chromium") and os.path.exists(CHROMEDRIVER)):
+        return "Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.options import Options
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
+        import selenium  # noqa: F401
     except ImportError:
-        print("SKIP: python3-selenium is not installed")
+        return "python3-selenium is not installed"
+    return None
+
+
+def open_browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    options = Options()
+    options.add_argument("--headless=new")
+    options.add_argument("--no-sandbox")
+    options.add_argument("--disable-dev-shm-usage")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    return driver
+
+
+def main():
+    missing = browser_missing()
+    if missing:
+        print("SKIP: " + missing)
         return SKIP
+    if sys.argv[1] == "--wide":
+        return wide(*sys.argv[2:4])
+    gradmesh, source, workdir, screenshot = sys.argv[1:5]
+    from selenium.webdriver.common.by import By
 
     # About 10 s of training: a wide MLP on one thread per worker, 4 epochs of
     # 50 steps, a metrics line every 5 steps, a checkpoint every 20; resumed
@@ -57,14 +87,7 @@ def main():
             time.sleep(0.05)
         check(url is not None, "the launcher printed the dashboard's address")
 
-        options = Options()
-        options.add_argument("--headless=new")
-        options.add_argument("--no-sandbox")
-        options.add_argument("--disable-dev-shm-usage")
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(chromedriver), options=options)
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        driver = open_browser()
         driver.get(url)
 
         def step():
@@ -106,6 +129,79 @@ def main():
             driver.quit()
         code = launcher.wait(120)
     check(code == 0, f"the run ended with status 0 (got {code})")
+    return 0
+
+
+WIDE_RANKS, SLOW_RANK = 256, 203
+
+
+def wide_events():
+    """A 256-rank run's stream: hello, the agent, a run line, 12 intervals."""
+    phases = ["data", "forward", "backward", "comm", "optimizer"]
+    yield "hello", {"run_id": "wide", "node_rank": 0, "started": 1000.0, "version": "test"}
+    yield "agent", {"time": 1000.0, "kind": "running", "generation": 0, "workers": 8, "restarts": 0,
+                    "node_rank": 0, "message": ""}
+    yield "metrics", {"type": "run", "time": 1000.5, "run_id": "wide", "model": "mlp", "parameters": 669706,
+                      "world_size": WIDE_RANKS, "backend": "hier", "batch_size": 8192, "epochs": 1,
+                      "steps_per_epoch": 600}
+    for i in range(1, 13):
+        rows = [[0.1, 1.0 + 0.01 * (r % 7), 2.0, 3.0 if r == SLOW_RANK else 0.5, 0.2] for r in range(WIDE_RANKS)]
+        yield "metrics", {"type": "step", "time": 1000.0 + i, "step": 50 * i, "epoch": 0, "loss": 2.0 / i,
+                          "samples_per_s": 400000.0, "phases": phases, "rank_phase_ms": rows,
+                          "world_size": WIDE_RANKS, "step_ms_min": 3.8, "step_ms_max": 6.3,
+                          "slowest_rank": SLOW_RANK}
+
+
+def wide(source, screenshot):
+    from selenium.webdriver.common.by import By
+    page = open(os.path.join(source, "src/gradmesh/obs/dashboard.html"), "rb").read()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/events"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for name, data in wide_events():
+                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(30)  # keep the stream open: the page stays "live"
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(page)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    driver = open_browser()
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait_for(lambda: driver.find_element(By.ID, "step").text.strip() == "600", 30, "the last interval is shown")
+        cells = driver.find_elements(By.CSS_SELECTOR, "#heatmap svg rect.cell")
+        check(len(cells) == 32 * 5, f"256 ranks in 32 rows of 5 phases ({len(cells)} cells)")
+        text = driver.find_element(By.ID, "heatmap").text
+        check("ranks 200-207" in text, "the rows are groups of 8 ranks, labelled")
+        # The slow rank's group: its comm cell is the darkest one.
+        darkest = driver.execute_script("""
+            const cells = [...document.querySelectorAll('#heatmap svg rect.cell')];
+            const lum = c => { const m = getComputedStyle(c).fill.match(/\\d+/g).map(Number);
+                               return m[0] + m[1] + m[2]; };
+            let best = 0;
+            cells.forEach((c, i) => { if (lum(c) < lum(cells[best])) best = i; });
+            return best;""")
+        check(darkest == (SLOW_RANK // 8) * 5 + 3, f"the darkest cell is ranks 200-207's comm (cell {darkest})")
+        driver.save_screenshot(screenshot)
+        print(f"screenshot: {screenshot}")
+        problems = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        check(not problems, f"no errors in the browser's console {problems}")
+    finally:
+        driver.quit()
+        server.shutdown()
     return 0
 
 

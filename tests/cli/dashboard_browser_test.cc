@@ -25,5 +25,19 @@ TEST(DashboardBrowser, ChartsRenderAndTheStepAdvancesDuringARun) {
   EXPECT_TRUE(std::filesystem::exists(screenshot));
 }
 
+// The page at a world size no test here can train: 256 ranks in 32 rows of
+// 8, the slow rank's group darkest (the page's own logic, fed by a small
+// event server in the script). Screenshot: dashboard-wide-screenshot.png.
+TEST(DashboardBrowser, TwoHundredFiftySixRanksAreGroupedAndTheStragglerStandsOut) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "Debian's python3 is not installed";
+  TempDir dir;
+  const std::string screenshot = (std::filesystem::current_path() / "dashboard-wide-screenshot.png").string();
+  const CommandResult r = run_shell("/usr/bin/python3 '" GRADMESH_SOURCE_DIR "/tests/cli/dashboard_browser.py' --wide '"
+                                    GRADMESH_SOURCE_DIR "' '" + screenshot + "'",
+                                    dir.path());
+  if (r.exit_code == 77) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace gradmesh::testing

@@ -1,11 +1,14 @@
 // Data-parallel training across two "machines" (network namespaces joined by
 // a veth pair), one worker per machine, rendezvous through a real
 // redis-server with a password, gradients over TCP. The result must match a
-// single process trained on the same global batches.
+// single process trained on the same global batches, and the metering must
+// count the gradients' bytes as sent between hosts (network egress).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/run_command.h"
@@ -78,6 +81,21 @@ TEST(DataParallelNetns, TwoMachinesWithARedisStoreMatchOneProcess) {
     ASSERT_EQ(nodes[node].exit_code, 0) << "node " << node << ":\n" << nodes[node].out << nodes[node].err;
   EXPECT_NE(nodes[0].out.find("on 2 ranks"), std::string::npos) << nodes[0].out;
   EXPECT_NE(nodes[0].err.find("2 ranks over gloo"), std::string::npos) << nodes[0].err;
+
+  // The metering saw the gradients cross between the hosts: on two ranks each
+  // sends half of the 50,890 gradients (203,560 bytes) to reduce them and
+  // half back, every step; headers, set-up and the metrics' own gathers add
+  // a few percent.
+  nlohmann::json usage;
+  std::ifstream lines(dir.file("node0/runs/netns/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (auto j = nlohmann::json::parse(line); j["type"] == "usage") usage = j;
+  ASSERT_FALSE(usage.is_null());
+  const double inter_host = usage["totals"]["inter_host_bytes"], gradients = 2.0 * usage["step"].get<int>() * 203'560;
+  EXPECT_GE(inter_host, gradients) << usage.dump();
+  EXPECT_LT(inter_host, gradients * 1.15) << usage.dump();
+  EXPECT_EQ(usage["totals"]["inter_host_bytes"], usage["backends"]["gloo"]["sent_bytes"]) << "all of gloo's traffic";
+  EXPECT_DOUBLE_EQ(usage["cost"]["egress"].get<double>(), inter_host / 1e9 * 0.01) << "the example egress price";
 
   const CommandResult one = testing::run_gradmesh(train + " --set output.run_id=single", dir.path());
   ASSERT_EQ(one.exit_code, 0) << one.err;

@@ -24,4 +24,8 @@ bool bearer_token_matches(const std::string& authorization, const std::string& t
   return authorization.rfind("Bearer ", 0) == 0 && same_secret(authorization.substr(7), token);
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace gradmesh

@@ -21,4 +21,8 @@ int bind_alone(httplib::Server& server, const std::string& host, int port, const
 // (compared in constant time, core/secret.h).
 bool bearer_token_matches(const std::string& authorization, const std::string& token);
 
+// Whether `host` (a listen address) is reachable from this machine only:
+// 127.0.0.0/8, ::1 or "localhost".
+bool is_loopback_host(const std::string& host);
+
 }  // namespace gradmesh

@@ -14,6 +14,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/secret.h"
+#include "gradmesh/core/http_listen.h"
 #include "gradmesh/elastic/agent_http.h"
 #include "gradmesh/elastic/agent_status.h"
 #include "gradmesh/elastic/rank_assignment.h"
@@ -272,6 +273,9 @@ std::unique_ptr<AgentHttpServer> start_dashboard(const LaunchOptions& o, const s
   http.dashboard = true;
   auto server = std::make_unique<AgentHttpServer>(http, status);
   say("dashboard at " + server->url() + "/ (Prometheus metrics at /metrics)");
+  if (!is_loopback_host(o.dashboard_host))
+    say("warning: the dashboard has no authentication and listens on " + o.dashboard_host +
+        ": whoever reaches that address sees the run (loss, ranks, cost); prefer 127.0.0.1 and a forwarded port");
   return server;
 }
 

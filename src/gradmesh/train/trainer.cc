@@ -411,8 +411,13 @@ void TrainingRun::open_metrics(bool append) {
 }
 
 void TrainingRun::meter_usage() {
+  const double start = now_seconds();
   const std::vector<RankUsage> ranks = gather_rank_usage(world_, measure_rank_usage());
-  if (metrics_ && usage_meter_) metrics_->write(usage_meter_->line(s_.step, ranks, now_seconds()));
+  if (!metrics_ || !usage_meter_) return;
+  obs::JsonObject line = usage_meter_->line(s_.step, ranks, now_seconds());
+  // What metering itself costs the run: measured, not assumed negligible.
+  line.add("metering_ms", (now_seconds() - start) * 1e3);
+  metrics_->write(line);
 }
 
 // Continue where `state` says: the same step, the same place in the global sample order.
