@@ -77,8 +77,8 @@ class TwoHosts:
         sh(f"ip link del {self.veth[0]} 2>/dev/null", check=False)  # if it was created but never moved
 
 
-def run_two_nodes(hosts, run_id, sets, workdir, timeout=600):
-    """One `gradmesh train examples/mlp.toml` over both hosts (a launcher per
+def run_two_nodes(hosts, run_id, sets, workdir, timeout=600, config="mlp.toml"):
+    """One `gradmesh train examples/<config>` over both hosts (a launcher per
     namespace, one worker each, the redis store); returns rank 0's
     metrics.jsonl as a list of objects."""
     procs = []
@@ -90,7 +90,7 @@ def run_two_nodes(hosts, run_id, sets, workdir, timeout=600):
                                                  GRADMESH, "launch", "--nnodes", "2", "--node-rank", str(node),
                                                  "--nproc-per-node", "1", "--rdzv-id", run_id, "--rdzv-endpoint",
                                                  f"redis://:{PASSWORD}@{ADDRESS[0]}:6379", "--", GRADMESH, "train",
-                                                 os.path.join(ROOT, "examples", "mlp.toml"),
+                                                 os.path.join(ROOT, "examples", config),
                                                  "--set", f"output.dir={out_dir}", "--set", f"output.run_id={run_id}"])
             for s in sets:
                 cmd += ["--set", s]

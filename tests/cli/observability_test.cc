@@ -178,6 +178,24 @@ TEST(MeteringConfig, PricesAreExamplesUntilOneIsSetAndBadOnesAreRefused) {
                       dir.path());
 }
 
+TEST(DashboardFlags, OffMeansNoServerAndBadValuesAreUsageErrors) {
+  TempDir dir;
+  const CommandResult off = run_gradmesh("launch --nproc-per-node 1 --dashboard off -- true", dir.path());
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.err.find("dashboard at"), std::string::npos) << off.err;
+  const CommandResult on = run_gradmesh("launch --nproc-per-node 1 -- true", dir.path());
+  EXPECT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_TRUE(std::regex_search(on.err, std::regex("dashboard at http://127\\.0\\.0\\.1:[0-9]+/"))) << on.err;
+  expect_usage_errors("launch --nproc-per-node 1",
+                      {{"--dashboard maybe -- true", "--dashboard: expected on or off, got 'maybe'"},
+                       {"--dashboard-port 70000 -- true", "--dashboard-port: expected 0 (a free port) to 65535"},
+                       {"--dashboard-port -5 -- true", "--dashboard-port"}},
+                      dir.path());
+  const CommandResult exposed =
+      run_gradmesh("launch --nproc-per-node 1 --dashboard-host 0.0.0.0 -- true", dir.path());
+  EXPECT_NE(exposed.err.find("the dashboard has no authentication"), std::string::npos) << exposed.err;
+}
+
 // The launcher's Prometheus endpoint while a run trains: the run's figures
 // per rank, with conventional names. The text is kept in the build tree
 // (observability-metrics.txt) as a sample.

@@ -53,6 +53,22 @@ TEST(TrafficMeter, ShmCountsEveryByteCopiedThroughTheSegment) {
   EXPECT_EQ(after.inter_host_sent, before.inter_host_sent) << "shm never leaves the host";
 }
 
+TEST(TrafficMeter, ShmCountsOnThreeRanksWhereSentAndReceivedDiffer) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  const Traffic before = traffic_of("shm");
+  // Rank r owns a slice s_r of each chunk: it writes the rest of its chunk
+  // (n - s_r) and its reduced slice (s_r), and reads the others' copies of
+  // its slice ((p - 1) s_r) and the others' reduced slices (n - s_r). Over
+  // the ranks: p n written, p n + (p - 2) n read.
+  constexpr int64_t kCount = 1 << 20;
+  allreduce_on([&](int rank) { return make_shm_process_group(store, rank, 3, Millis(20'000)); }, 3, kCount, 2);
+  const Traffic after = traffic_of("shm");
+  const uint64_t n = 2 * kCount * sizeof(float);
+  EXPECT_EQ(after.sent - before.sent, 3 * n);
+  EXPECT_EQ(after.received - before.received, 4 * n);
+}
+
 TEST(TrafficMeter, GlooCountsTheKernelsBytesAndKeepsThemAfterTheGroupIsGone) {
   TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -37,10 +39,11 @@ struct Dashboard {
   std::shared_ptr<MetricsFeed> feed;
   std::unique_ptr<AgentHttpServer> server;
 
-  Dashboard() {
+  explicit Dashboard(size_t thinning_step = size_t{32} << 20) {
     status->rendezvous(0);
     status->running(0, 0, 1);
-    feed = std::make_shared<MetricsFeed>("file://" + dir.path() + "/store", "run1", status, std::chrono::milliseconds(20));
+    feed = std::make_shared<MetricsFeed>("file://" + dir.path() + "/store", "run1", status, std::chrono::milliseconds(20),
+                                         thinning_step);
     AgentHttpOptions options;
     options.feed = feed;
     options.dashboard = true;
@@ -118,6 +121,57 @@ TEST(Dashboard, ARunOnAnotherHostLeavesTheAgentsOwnStateOnly) {
   EXPECT_NE(received.find("\"exit_code\":0"), std::string::npos) << received;
   EXPECT_EQ(received.find("event: metrics"), std::string::npos);
   EXPECT_EQ(d.get("/metrics").find("gradmesh_train_step"), std::string::npos);
+}
+
+// Every event the feed holds, as one connection would receive it.
+std::vector<MetricsFeed::Event> all_events(MetricsFeed& feed) {
+  std::vector<MetricsFeed::Event> out;
+  size_t next = 0;
+  for (;;) {
+    std::vector<MetricsFeed::Event> more = feed.events_since(next, std::chrono::milliseconds(300));
+    if (more.empty()) return out;
+    out.insert(out.end(), more.begin(), more.end());
+  }
+}
+
+TEST(Dashboard, ALongHistoryIsThinnedAndOddLinesDoNotStopTheFeed) {
+  Dashboard d(/*thinning_step=*/20'000);
+  // A usage line with fields of the wrong types, a line cut off by a kill:
+  // the feed reads on.
+  append_line(d.metrics, R"({"type":"usage","example_prices":"yes","ranks":{"cpu_seconds":7},"time":1.0})");
+  append_line(d.metrics, R"({"type":"step","step":1,"cutoff)");
+  for (int step = 2; step <= 400; ++step) append_line(d.metrics, step_line(step));
+  d.publish(d.metrics);
+  std::vector<MetricsFeed::Event> events;
+  for (int i = 0; i < 200; ++i) {
+    events = all_events(*d.feed);
+    if (d.get("/metrics").find("gradmesh_train_step{run_id=\"run1\"} 400") != std::string::npos) break;
+  }
+  EXPECT_NE(d.get("/metrics").find("gradmesh_train_step{run_id=\"run1\"} 400"), std::string::npos);
+  size_t steps = 0, bytes = 0;
+  for (const MetricsFeed::Event& e : events) {
+    steps += e.data.find("\"type\":\"step\"") != std::string::npos;
+    bytes += e.data.size();
+    EXPECT_EQ(e.data.find("cutoff"), std::string::npos) << "the cut-off line is not streamed";
+  }
+  // 399 step lines of ~110 bytes (44 kB) against a 20 kB thinning step: the
+  // first ~180 kept, then every second, then every fourth...
+  EXPECT_LT(steps, 300u);
+  EXPECT_GT(steps, 150u);
+  EXPECT_LT(bytes, 40'000u);
+}
+
+TEST(Dashboard, OnlyARegularFileNamedMetricsJsonlIsRead) {
+  Dashboard d;
+  const std::string fifo = d.dir.path() + "/metrics.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  d.publish(fifo);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several polls: none may block
+  append_line(d.dir.path() + "/other.txt", step_line(5));
+  d.publish(d.dir.path() + "/other.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(d.get("/metrics").find("gradmesh_train_step"), std::string::npos);
+  // And the feed still stops at once (its destructor joins the thread).
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ TEST(RunLog, ReadsEveryLineTypeTheReportNeeds) {
   EXPECT_EQ(log.events[2].kind, RunEvent::Kind::kFinished);
   EXPECT_DOUBLE_EQ(log.first_time, 100.0);
   EXPECT_DOUBLE_EQ(log.summary.at("samples_per_s"), 44000.0);
-  EXPECT_FALSE(log.truncated_tail);
+  EXPECT_EQ(log.cut_off_lines, 0);
 }
 
 TEST(RunLog, ALastLineCutOffByAKillIsLeftOut) {
@@ -72,8 +72,24 @@ TEST(RunLog, ALastLineCutOffByAKillIsLeftOut) {
   const std::string path = dir.path() + "/metrics.jsonl";
   write_lines(path, std::string(kRun) + R"({"type":"step","step":150,"lo)");
   const RunLog log = read_run_log(path);
-  EXPECT_TRUE(log.truncated_tail);
+  EXPECT_EQ(log.cut_off_lines, 1);
   EXPECT_EQ(log.steps.size(), 1u);
+}
+
+// The process that resumes a killed run appends after the cut-off line: it
+// starts a line of its own, and readers skip the cut-off one wherever it is.
+TEST(RunLog, AResumedWriterStartsAfterACutOffLine) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  write_lines(path, std::string(kRun) + R"({"type":"step","step":150,"lo)");
+  {
+    JsonlWriter writer(path, /*append=*/true);
+    writer.write(JsonObject().add("type", "step").add("step", int64_t{200}));
+  }
+  const RunLog log = read_run_log(path);
+  EXPECT_EQ(log.cut_off_lines, 1);
+  ASSERT_EQ(log.steps.size(), 2u);
+  EXPECT_EQ(log.steps[1].step, 200);
 }
 
 TEST(RunLog, MalformedLinesAreNamedByFileAndLine) {
@@ -84,7 +100,8 @@ TEST(RunLog, MalformedLinesAreNamedByFileAndLine) {
       {"{\"type\":\"step\"}\n[1,2]\n", ":2: expected a JSON object with a string \"type\""},
       {"{\"step\":5}\n", ":1: expected a JSON object with a string \"type\""},
       {"{\"type\":7}\n", ":1: expected a JSON object with a string \"type\""},
-      {"{\"type\":\"step\",\n", ":1: not valid JSON"},  // complete line (it has its newline): not a cut-off tail
+      {"x\n", ":1: not valid JSON"},
+      {"{\"type\": broken\n", ":1: not valid JSON"},
   };
   for (const auto& [text, message] : cases) {
     write_lines(path, text);
@@ -102,8 +119,13 @@ TEST(RunLog, MalformedLinesAreNamedByFileAndLine) {
 TEST(RunLog, BlankLinesAndMissingOrMistypedFieldsAreTolerated) {
   TempDir dir;
   const std::string path = dir.path() + "/metrics.jsonl";
-  write_lines(path, "\n{\"type\":\"step\",\"loss\":\"high\",\"rank_phase_ms\":[[\"x\"]]}\n  \n{\"type\":\"epoch\"}\n");
+  write_lines(path, "\n{\"type\":\"step\",\"loss\":\"high\",\"rank_phase_ms\":[[\"x\"]]}\n  \n{\"type\":\"epoch\"}\n"
+                    "{\"type\":\"usage\",\"example_prices\":\"yes\",\"prices\":[1],\"cost\":5,\"ranks\":{\"cpu_seconds\":7},"
+                    "\"processes\":7,\"backends\":[]}\n");
   const RunLog log = read_run_log(path);
+  ASSERT_TRUE(log.usage.has_value());
+  EXPECT_TRUE(log.usage->prices.examples) << "not a boolean: the cautious reading";
+  EXPECT_TRUE(log.usage->ranks.at("cpu_seconds").empty());
   ASSERT_EQ(log.steps.size(), 1u);
   EXPECT_EQ(log.steps[0].loss, 0.0);
   EXPECT_EQ(log.steps[0].rank_phase_ms[0][0], 0.0);

@@ -53,10 +53,11 @@ TEST(RunReportPage, HasTheCostTableTimelineHeatmapsAndFacts) {
   ASSERT_EQ(c.timeline.events.size(), 2u);
   EXPECT_EQ(c.timeline.events[1].kind, "restart");
   EXPECT_DOUBLE_EQ(c.timeline.events[1].seconds, 6.0);
-  ASSERT_EQ(c.heatmaps.size(), 2u);
+  ASSERT_EQ(c.heatmaps.size(), 3u);
   ASSERT_EQ(c.heatmaps[0].values.size(), 4u);
   EXPECT_DOUBLE_EQ(c.heatmaps[0].values[2][0], 0.1 + 2.0 + 1.0 + 0.3 + 0.1) << "the slow rank's row";
-  EXPECT_DOUBLE_EQ(c.heatmaps[1].values[2][0], 0.3) << "communication only";
+  EXPECT_DOUBLE_EQ(c.heatmaps[1].values[2][0], 2.0 + 1.0 + 0.1) << "compute only";
+  EXPECT_DOUBLE_EQ(c.heatmaps[2].values[2][0], 0.3) << "communication only";
   bool cost_fact = false;
   for (const auto& [key, value] : c.facts) cost_fact |= key == "cost so far" && value == "0.00160 USD (example prices)";
   EXPECT_TRUE(cost_fact);
@@ -87,6 +88,12 @@ TEST(RunReportPage, AxesReadAtAGlance) {
   EXPECT_EQ(axis_number(0.25), "0.25");
   EXPECT_EQ(axis_number(0), "0");
   EXPECT_EQ(axis_number(2500), "2500");
+  EXPECT_EQ(axis_number(999'600), "1M") << "the unit of the rounded value";
+  EXPECT_EQ(axis_number(9'999.7), "10k");
+  EXPECT_EQ(axis_number(-45000), "-45k");
+  // Values far above their differences: ticks stay few and finite.
+  LineChart flat{"Flat", "step", "x", {{"a", {{0, 1e17}, {1, 1e17 + 16}}}}};
+  EXPECT_LT(render_line_chart_svg(flat).size(), 20'000u);
   // Epochs: whole-number ticks only.
   LineChart chart{"Accuracy", "epoch", "accuracy", {{"a", {{1, 0.8}, {2, 0.85}, {3, 0.86}}}}, true};
   const std::string svg = render_line_chart_svg(chart);

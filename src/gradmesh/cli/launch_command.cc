@@ -142,6 +142,9 @@ int run_launch(const LaunchArgs& given) {
   o.token_file = a.token_file;
   if (a.dashboard != "on" && a.dashboard != "off")
     throw_error(ErrorKind::kUsage, "--dashboard", "expected on or off, got '" + a.dashboard + "'");
+  if (a.dashboard_port < 0 || a.dashboard_port > 65535)
+    throw_error(ErrorKind::kUsage, "--dashboard-port",
+                "expected 0 (a free port) to 65535, got " + std::to_string(a.dashboard_port));
   o.dashboard_port = a.dashboard == "off" ? -1 : a.dashboard_port;
   o.dashboard_host = a.dashboard_host;
   o.command = a.command;

@@ -50,7 +50,7 @@ int run_report(const ReportArgs& args) {
     }
     write_file_atomically(output, obs::render_report_html(obs::report_content(log)));
     std::printf("report: %s (%zu log intervals, %zu epochs, %zu events%s)\n", output.c_str(), log.steps.size(),
-                log.epochs.size(), log.events.size(), log.truncated_tail ? "; a cut-off last line left out" : "");
+                log.epochs.size(), log.events.size(), log.cut_off_lines > 0 ? "; cut-off lines left out" : "");
     return 0;
   }
   const obs::RunLog a = obs::read_run_log(metrics_file_of(args.runs[0]));

@@ -41,11 +41,23 @@ std::string agent_only_exposition(const AgentSnapshot& s) {
 
 std::string sse(const std::string& name, const std::string& data) { return "event: " + name + "\ndata: " + data + "\n\n"; }
 
+// Each open stream holds one of the server's threads (8 by default) for as
+// long as the page is open: past this many, another page is turned away, so
+// /metrics and the page itself are always answered.
+constexpr int kMaxEventStreams = 4;
+
 // The stream of one dashboard connection: hello, then everything the feed
 // has, then each new event as it comes, a comment every second of silence
 // (proxies close idle connections, and a write is how a closed one is seen).
 void serve_events(const std::shared_ptr<MetricsFeed>& feed, const std::shared_ptr<const AgentStatus>& status,
-                  httplib::Response& res) {
+                  const std::shared_ptr<std::atomic<int>>& streams, httplib::Response& res) {
+  if (streams->fetch_add(1) >= kMaxEventStreams) {
+    streams->fetch_sub(1);
+    res.set_header("Retry-After", "10");
+    reply(res, 503, {{"error", "the dashboard already streams to " + std::to_string(kMaxEventStreams) +
+                                   " pages; close one and reload"}});
+    return;
+  }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   auto next = std::make_shared<size_t>(0);
@@ -70,7 +82,7 @@ void serve_events(const std::shared_ptr<MetricsFeed>& feed, const std::shared_pt
       text = ": idle\n\n";
     }
     return sink.write(text.data(), text.size());
-  });
+  }, [streams](bool) { streams->fetch_sub(1); });
 }
 
 }  // namespace
@@ -117,7 +129,10 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
     server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(obs::dashboard_page_html(), "text/html; charset=utf-8");
     });
-    server.Get("/events", [feed, status](const httplib::Request&, httplib::Response& res) { serve_events(feed, status, res); });
+    auto streams = std::make_shared<std::atomic<int>>(0);
+    server.Get("/events", [feed, status, streams](const httplib::Request&, httplib::Response& res) {
+      serve_events(feed, status, streams, res);
+    });
   }
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404)

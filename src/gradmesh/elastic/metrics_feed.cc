@@ -1,6 +1,10 @@
 #include "gradmesh/elastic/metrics_feed.h"
 
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "gradmesh/comm/store.h"
@@ -12,9 +16,17 @@
 namespace gradmesh::elastic {
 namespace {
 
-// A very long run logs a line every few seconds for weeks; past this many
-// events the dashboard keeps the first ones and says so, rather than growing.
-constexpr size_t kMaxEvents = 1'000'000;
+// The history a launcher keeps grows with the run: past every thinning step
+// (32 MiB) of it, half as many step (and usage) lines as before are kept, so
+// a run of weeks, or of thousands of ranks, holds tens of MiB, not
+// gigabytes, and its curves keep their shape.
+// At most this much of the file is read per poll, so one poll never stalls.
+constexpr size_t kMaxReadPerPoll = 4u << 20;
+// A new connection gets the history in pieces of this many events: the lock
+// is held for one piece at a time.
+constexpr size_t kMaxEventsPerRead = 2000;
+
+bool starts_with(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
 
 std::string agent_event_json(const AgentSnapshot& s) {
   nlohmann::json j = {{"time", s.time},         {"kind", agent_phase_name(s.phase)}, {"generation", s.generation},
@@ -33,9 +45,9 @@ void publish_metrics_path(comm::Store& store, const std::string& run_id, const s
 }
 
 MetricsFeed::MetricsFeed(std::string store_endpoint, std::string run_id, std::shared_ptr<const AgentStatus> status,
-                         std::chrono::milliseconds interval)
+                         std::chrono::milliseconds interval, size_t thinning_step)
     : endpoint_(std::move(store_endpoint)), run_id_(std::move(run_id)), status_(std::move(status)),
-      interval_(interval), reader_(std::make_unique<obs::RunLogReader>("metrics.jsonl")),
+      interval_(interval), thinning_step_(std::max<size_t>(thinning_step, 1)), reader_(std::make_unique<obs::RunLogReader>("metrics.jsonl", /*keep_steps=*/false)),
       thread_([this] { loop(); }) {}
 
 MetricsFeed::~MetricsFeed() {
@@ -80,23 +92,32 @@ void MetricsFeed::poll() {
     if (path != path_) {
       path_ = path, offset_ = 0, partial_.clear();
       std::lock_guard<std::mutex> lock(mutex_);
-      reader_ = std::make_unique<obs::RunLogReader>(path_);
+      reader_ = std::make_unique<obs::RunLogReader>(path_, /*keep_steps=*/false);
     }
   }
   if (!path_.empty()) follow_file();
 }
 
 void MetricsFeed::follow_file() {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return;  // on another host, or not created yet
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  if (size < offset_) offset_ = 0, partial_.clear();  // the file was replaced
-  if (size == offset_) return;
-  in.seekg(static_cast<std::streamoff>(offset_));
-  std::string chunk(size - offset_, '\0');
-  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-  chunk.resize(static_cast<size_t>(in.gcount()));
+  // The store says where the file is; the feed only ever reads a regular
+  // file named metrics.jsonl, without blocking (a FIFO there would hang it).
+  if (std::filesystem::path(path_).filename() != "metrics.jsonl") return;
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;  // on another host, or not created yet
+  struct stat st {};
+  std::string chunk;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (size < offset_) {  // the file was replaced: start over
+      offset_ = 0, partial_.clear();
+      std::lock_guard<std::mutex> lock(mutex_);
+      reader_ = std::make_unique<obs::RunLogReader>(path_, /*keep_steps=*/false);
+    }
+    chunk.resize(static_cast<size_t>(std::min<uint64_t>(size - offset_, kMaxReadPerPoll)));
+    const ssize_t got = chunk.empty() ? 0 : ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(offset_));
+    chunk.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  }
+  ::close(fd);
   offset_ += chunk.size();
   partial_ += chunk;
   size_t start = 0;
@@ -105,18 +126,27 @@ void MetricsFeed::follow_file() {
     std::string line = partial_.substr(start, end - start);
     try {
       reader_->add_line(line);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       if (!warned_) log_warn(std::string("dashboard: ") + e.what());
       warned_ = true;
       continue;  // the page would fail to parse it too
     }
-    if (line.find_first_not_of(" \t\r") != std::string::npos) append({"metrics", std::move(line)});
+    if (line.front() == '{' && line.back() == '}') append({"metrics", std::move(line)});
   }
   partial_.erase(0, start);
 }
 
 void MetricsFeed::append(Event event) {
-  if (events_.size() >= kMaxEvents) return;
+  // Thinning: the step lines (with their usage lines) kept are every
+  // `stride`-th, the stride doubling with each thinning step of history.
+  const bool thinnable = event.name == "metrics" &&
+                         (starts_with(event.data, "{\"type\":\"step\"") || starts_with(event.data, "{\"type\":\"usage\""));
+  if (thinnable) {
+    const size_t stride = size_t{1} << std::min<size_t>(bytes_ / thinning_step_, 20);
+    if (starts_with(event.data, "{\"type\":\"step\"")) keep_interval_ = steps_seen_++ % stride == 0;
+    if (!keep_interval_) return;
+  }
+  bytes_ += event.data.size() + event.name.size();
   events_.push_back(std::move(event));
   changed_.notify_all();
 }
@@ -125,8 +155,10 @@ std::vector<MetricsFeed::Event> MetricsFeed::events_since(size_t& next, std::chr
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait_for(lock, timeout, [&] { return stopping_ || next < events_.size(); });
   if (next >= events_.size()) return {};
-  std::vector<Event> out(events_.begin() + static_cast<std::ptrdiff_t>(next), events_.end());
-  next = events_.size();
+  const size_t end = std::min(events_.size(), next + kMaxEventsPerRead);
+  std::vector<Event> out(events_.begin() + static_cast<std::ptrdiff_t>(next),
+                         events_.begin() + static_cast<std::ptrdiff_t>(end));
+  next = end;
   return out;
 }
 

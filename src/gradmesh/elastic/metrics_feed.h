@@ -37,9 +37,12 @@ class MetricsFeed {
   };
 
   // Follows the run from a thread of its own, polling every `interval`;
-  // `store_endpoint`: the launcher's store (a connection of its own).
+  // `store_endpoint`: the launcher's store (a connection of its own). Past
+  // every `thinning_step` bytes of history, half as many step lines as
+  // before are kept (metrics_feed.cc).
   MetricsFeed(std::string store_endpoint, std::string run_id, std::shared_ptr<const AgentStatus> status,
-              std::chrono::milliseconds interval = std::chrono::milliseconds(250));
+              std::chrono::milliseconds interval = std::chrono::milliseconds(250),
+              size_t thinning_step = size_t{32} << 20);
   ~MetricsFeed();
   MetricsFeed(const MetricsFeed&) = delete;
   MetricsFeed& operator=(const MetricsFeed&) = delete;
@@ -62,6 +65,7 @@ class MetricsFeed {
   std::string endpoint_, run_id_;
   std::shared_ptr<const AgentStatus> status_;
   std::chrono::milliseconds interval_;
+  size_t thinning_step_;
   std::shared_ptr<comm::Store> store_;  // opened on the feed's thread
   size_t agent_seen_ = 0;
   std::string path_;      // of metrics.jsonl, once published
@@ -71,6 +75,9 @@ class MetricsFeed {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Event> events_;
+  size_t bytes_ = 0;            // of events_
+  uint64_t steps_seen_ = 0;     // step lines appended or thinned out
+  bool keep_interval_ = true;   // the last step line was kept: keep its usage line too
   std::unique_ptr<obs::RunLogReader> reader_;
   bool stopping_ = false;
   bool warned_ = false;

@@ -15,11 +15,27 @@ bool has_time(const JsonObject& object) {
   return false;
 }
 
+// Whether the file ends in the middle of a line: a writer killed mid-line
+// left it so. The next line must not be glued onto it.
+bool ends_mid_line(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return false;
+  bool mid = false;
+  if (std::fseek(file, -1, SEEK_END) == 0) mid = std::fgetc(file) != '\n';
+  std::fclose(file);
+  return mid;
+}
+
 }  // namespace
 
 JsonlWriter::JsonlWriter(const std::string& path, bool append)
-    : path_(path), file_(std::fopen(path.c_str(), append ? "a" : "w")) {
+    : path_(path), file_(nullptr) {
+  const bool cut_off = append && ends_mid_line(path);
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (file_ == nullptr) throw_error(ErrorKind::kIo, path, std::string("cannot create: ") + std::strerror(errno));
+  // The cut-off line stays a line of its own, which readers skip as malformed.
+  if (cut_off && (std::fputc('\n', file_) == EOF || std::fflush(file_) != 0))
+    throw_error(ErrorKind::kIo, path, std::string("appending failed: ") + std::strerror(errno));
 }
 
 JsonlWriter::~JsonlWriter() {

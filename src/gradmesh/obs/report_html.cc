@@ -33,7 +33,15 @@ std::vector<double> ticks(double lo, double hi, bool integer = false) {
     if (raw > step) step = m * magnitude;
   if (integer) step = std::max(1.0, std::round(step));
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  if (!(step > 0) || !std::isfinite(step)) return out;
+  // By index, not by adding the step: a step below the values' precision
+  // would never move them. About five ticks; never more than a dozen.
+  const double first = std::ceil(lo / step) * step;
+  for (int i = 0; i < 12; ++i) {
+    const double t = first + i * step;
+    if (t > hi + step * 1e-9) break;
+    out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  }
   return out;
 }
 
@@ -69,11 +77,15 @@ const char* event_colour(const std::string& kind) {
 }  // namespace
 
 std::string axis_number(double v) {
-  char text[32];
+  if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf");
+  char text[48];
   const double a = std::abs(v);
-  if (a >= 1e9) std::snprintf(text, sizeof text, "%.3gG", v / 1e9);
-  else if (a >= 1e6) std::snprintf(text, sizeof text, "%.3gM", v / 1e6);
-  else if (a >= 1e4) std::snprintf(text, sizeof text, "%.3gk", v / 1e3);
+  // Each unit starts where three significant digits of the one below would
+  // round up to 1000: 999,600 reads "1M", not "1e+03k".
+  if (a >= 999.5e9) std::snprintf(text, sizeof text, "%.2e", v);
+  else if (a >= 999.5e6) std::snprintf(text, sizeof text, "%.3gG", v / 1e9);
+  else if (a >= 999.5e3) std::snprintf(text, sizeof text, "%.3gM", v / 1e6);
+  else if (a >= 9999.5) std::snprintf(text, sizeof text, "%.3gk", v / 1e3);
   else if (a >= 1 || a == 0) std::snprintf(text, sizeof text, "%.4g", v);
   else if (a >= 1e-3) std::snprintf(text, sizeof text, "%.3g", v);
   else std::snprintf(text, sizeof text, "%.2g", v);

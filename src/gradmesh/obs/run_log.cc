@@ -61,7 +61,8 @@ void read_usage(const LineJson& j, RunLog& log) {
   UsageRecord u;
   u.time = line_number(j, "time"), u.step = line_integer(j, "step");
   u.prices.currency = line_text(j, "currency");
-  u.prices.examples = j.value("example_prices", true);
+  const auto examples = j.find("example_prices");
+  u.prices.examples = examples == j.end() || !examples->is_boolean() || examples->get<bool>();
   if (const auto it = j.find("prices"); it != j.end() && it->is_object()) {
     u.prices.core_hour = line_number(*it, "core_hour");
     u.prices.storage_gb_month = line_number(*it, "storage_gb_month");
@@ -76,6 +77,8 @@ void read_usage(const LineJson& j, RunLog& log) {
     for (auto r = it->begin(); r != it->end(); ++r) u.ranks[r.key()] = line_numbers(*r);
   if (const auto it = j.find("backends"); it != j.end() && it->is_object())
     for (auto b = it->begin(); b != it->end(); ++b) u.backends[b.key()] = line_number_fields(*b);
+  if (const auto it = j.find("processes"); it != j.end() && it->is_array())
+    for (const LineJson& p : *it) u.processes.push_back(p.is_string() ? p.get<std::string>() : "");
   log.usage = std::move(u);
 }
 
@@ -102,24 +105,33 @@ double UsageRecord::total(const std::string& name) const {
   return it == totals.end() ? 0 : it->second;
 }
 
-void RunLogReader::add_line(const std::string& line, bool complete) {
+void RunLogReader::add_line(const std::string& line) {
   const int64_t number_of_line = ++log_.lines;
   if (line.find_first_not_of(" \t\r") == std::string::npos) return;
-  const auto where = [&] { return log_.path + ":" + std::to_string(number_of_line); };
-  LineJson j = LineJson::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    if (!complete) {  // the line a killed writer left half-written
-      log_.truncated_tail = true;
+  try {
+    read_line(line);
+  } catch (const LineJson::parse_error& e) {
+    // An object that the line ends before: what a killed writer leaves.
+    if (line.front() == '{' && e.byte >= line.size()) {
+      ++log_.cut_off_lines;
       return;
     }
-    throw_error(ErrorKind::kFormat, where(),
-                j.is_discarded() ? "not valid JSON; expected one JSON object per line (metrics.jsonl)"
-                                 : "expected a JSON object with a string \"type\" field");
+    throw_error(ErrorKind::kFormat, log_.path + ":" + std::to_string(number_of_line),
+                "not valid JSON; expected one JSON object per line (metrics.jsonl)");
+  } catch (const std::exception& e) {  // a field of the wrong JSON type, or a line without "type"
+    throw_error(ErrorKind::kFormat, log_.path + ":" + std::to_string(number_of_line), e.what());
   }
+}
+
+void RunLogReader::read_line(const std::string& line) {
+  const LineJson j = LineJson::parse(line);
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+    throw std::runtime_error("expected a JSON object with a string \"type\" field");
   const std::string type = j["type"].get<std::string>();
   const double time = line_number(j, "time");
   if (time > 0 && log_.first_time == 0) log_.first_time = time;
   if (type == "step") {
+    if (!keep_steps_) log_.steps.clear();
     read_step(j, log_);
   } else if (type == "epoch") {
     log_.epochs.push_back({line_integer(j, "epoch"), line_integer(j, "step"), time, line_number(j, "test_loss"),
@@ -153,7 +165,7 @@ RunLog read_run_log(const std::string& path) {
   if (!in) throw_error(ErrorKind::kIo, path, "cannot open (is this a run directory with a metrics.jsonl?)");
   RunLogReader reader(path);
   std::string line;
-  while (std::getline(in, line)) reader.add_line(line, /*complete=*/!in.eof());
+  while (std::getline(in, line)) reader.add_line(line);
   if (in.bad()) throw_error(ErrorKind::kIo, path, "read failed");
   return reader.log();
 }

@@ -5,10 +5,12 @@
 //
 // Lines are read as they come (add_line), so the launcher can follow a
 // file that is still growing. A line that is not a JSON object with a
-// string "type" is Error(kFormat) naming the file and line, except a last
-// line without its newline: a run killed mid-write leaves one, and it is
-// skipped (truncated_tail says so). Unknown types and missing fields are
-// tolerated: older and newer runs stay readable.
+// string "type", or whose fields have the wrong JSON type, is
+// Error(kFormat) naming the file and line, except a line cut off before its
+// object ends: a process killed mid-write leaves one (and the next process
+// of the run starts a new line after it). Those are skipped and counted
+// (cut_off_lines). Unknown types and missing fields are tolerated: older and
+// newer runs stay readable.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,7 @@ struct UsageRecord {
   Cost cost;
   std::map<std::string, double> totals;                    // "cpu_seconds", "sent_bytes", ...
   std::map<std::string, std::vector<double>> ranks;        // the same names, per rank, this process
+  std::vector<std::string> processes;                      // per rank: which process measured it
   std::map<std::string, std::map<std::string, double>> backends;  // backend -> "sent_bytes"/"received_bytes"
   double total(const std::string& name) const;             // 0 when absent
 };
@@ -67,18 +70,23 @@ struct RunLog {
   std::map<std::string, double> summary;   // the last "summary" line's numbers
   double first_time = 0;                   // of the first line with a time; 0 when none
   int64_t lines = 0;
-  bool truncated_tail = false;
+  int64_t cut_off_lines = 0;
 };
 
 class RunLogReader {
  public:
-  explicit RunLogReader(std::string path) { log_.path = std::move(path); }
-  // One line without its newline; `complete`: it had one. Error(kFormat)
-  // "<path>:<line>: ..." when a complete line is malformed.
-  void add_line(const std::string& line, bool complete = true);
+  // `keep_steps` false: steps holds the latest step line only (a follower
+  // that needs the current figures, not the curves, of a long run).
+  explicit RunLogReader(std::string path, bool keep_steps = true) : keep_steps_(keep_steps) {
+    log_.path = std::move(path);
+  }
+  // One line without its newline. Error(kFormat) "<path>:<line>: ..." when it is malformed.
+  void add_line(const std::string& line);
   const RunLog& log() const { return log_; }
 
  private:
+  void read_line(const std::string& line);
+  bool keep_steps_;
   RunLog log_;
 };
 

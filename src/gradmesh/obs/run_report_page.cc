@@ -198,8 +198,9 @@ ReportContent report_content(const RunLog& log) {
     c.facts.emplace_back("cost so far", money_text(log.usage->cost.total(), log.usage->prices.currency) +
                                             (log.usage->prices.examples ? " (example prices)" : ""));
   if (log.steps.empty() && log.summary.empty()) c.notes.push_back("This run has not logged a step yet.");
-  if (log.truncated_tail)
-    c.notes.push_back("The last line of metrics.jsonl was cut off (the process was killed while writing it); it is left out.");
+  if (log.cut_off_lines > 0)
+    c.notes.push_back(std::to_string(log.cut_off_lines) + " line(s) of metrics.jsonl were cut off (a process was "
+                      "killed while writing); they are left out.");
   for (const RunEvent& e : log.events)
     if (e.kind == RunEvent::Kind::kSlowRank) c.notes.push_back("step " + std::to_string(e.step) + ": " + e.text);
   if (log.usage) {
@@ -215,6 +216,9 @@ ReportContent report_content(const RunLog& log) {
   Heatmap step = rank_heatmap(log, "Step time per rank over the run", {});
   if (!step.values.empty()) {
     c.heatmaps.push_back(std::move(step));
+    // Split, so a straggler's cause shows: its own compute, or waiting for the others.
+    c.heatmaps.push_back(
+        rank_heatmap(log, "Compute per rank over the run (forward, backward, optimizer)", {"forward", "backward", "optimizer"}));
     c.heatmaps.push_back(rank_heatmap(log, "Waiting for communication per rank over the run", {"comm"}));
   }
   return c;

@@ -12,6 +12,7 @@
 #include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
 #include "gradmesh/data/batch_loader.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/obs/chrome_trace.h"
@@ -344,7 +345,13 @@ TrainSummary TrainingRun::run() {
     save_weights(weights, summary_.weights_path, config_, s_.step, epochs_run_);
   }
   write_summary_line();
-  if (config_.output.report) write_report();
+  // The page is a view of metrics.jsonl: failing to draw it fails nothing.
+  if (config_.output.report) try {
+      write_report();
+    } catch (const std::exception& e) {
+      log_warn(std::string("report.html was not written: ") + e.what() + " (`gradmesh report " + summary_.run_dir +
+               "` draws it from metrics.jsonl)");
+    }
   return summary_;
 }
 

@@ -107,8 +107,12 @@ void PairSockets::add(gloo::Context& context, const std::vector<int>& peers) {
     }
     added.push_back(own);
   }
+  // Decided now, while connected: a reset connection has no peer address.
+  std::vector<bool> remote;
+  for (int fd : added) remote.push_back(!on_this_host(fd));
   std::lock_guard<std::mutex> lock(mutex_);
   fds_.insert(fds_.end(), added.begin(), added.end());
+  remote_.insert(remote_.end(), remote.begin(), remote.end());
 }
 
 PairSockets::~PairSockets() {
@@ -123,15 +127,15 @@ void PairSockets::start_metering() {
 Traffic PairSockets::traffic() const {
   Traffic total;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int fd : fds_) {
+  for (size_t i = 0; i < fds_.size(); ++i) {
     // The kernel's byte counts (Linux 4.1+); a shorter tcp_info from an older
     // kernel leaves them zero rather than failing.
     tcp_info info{};
     socklen_t length = sizeof info;
-    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) continue;
+    if (::getsockopt(fds_[i], IPPROTO_TCP, TCP_INFO, &info, &length) != 0) continue;
     Traffic t;
     t.sent = info.tcpi_bytes_acked, t.received = info.tcpi_bytes_received;
-    if (!on_this_host(fd)) t.inter_host_sent = t.sent, t.inter_host_received = t.received;
+    if (remote_[i]) t.inter_host_sent = t.sent, t.inter_host_received = t.received;
     total += t;
   }
   return total;
@@ -155,8 +159,8 @@ bool PairSockets::all_open() const {
 
 bool PairSockets::all_on_this_host() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int fd : fds_)
-    if (!on_this_host(fd)) return false;
+  for (bool remote : remote_)
+    if (remote) return false;
   return true;
 }
 

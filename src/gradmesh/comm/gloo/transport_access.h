@@ -102,6 +102,7 @@ class PairSockets {
   void start_metering();
   mutable std::mutex mutex_;  // add() may run while another thread shuts the connections down
   std::vector<int> fds_;      // one per connected peer
+  std::vector<bool> remote_;  // per fd: the peer has another address (another host)
   std::unique_ptr<TrafficSource> meter_;
 };
 
