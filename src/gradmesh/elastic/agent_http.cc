@@ -65,8 +65,9 @@ void serve_events(const std::shared_ptr<MetricsFeed>& feed, const std::shared_pt
   res.set_chunked_content_provider("text/event-stream", [feed, status, next, greeted](size_t, httplib::DataSink& sink) {
     if (!*greeted) {
       const AgentSnapshot s = status->snapshot();
+      const std::vector<AgentSnapshot> history = status->history();
       const Json hello = {{"run_id", s.run_id}, {"node_rank", s.node_rank}, {"version", GRADMESH_VERSION},
-                          {"started", s.time}};
+                          {"started", history.empty() ? s.time : history.front().time}};
       const std::string text = sse("hello", hello.dump());
       *greeted = true;
       return sink.write(text.data(), text.size());

@@ -67,6 +67,7 @@ class Supervisor {
     stop_signal_ = sig;
     stopping_ = true;
     if (failure_unix_ms_ == 0) failure_unix_ms_ = unix_millis();
+    last_step();  // read before the workers stop: outcome() records it
     others_stopped_ = group_.running();
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
@@ -236,6 +237,11 @@ class Supervisor {
     const Clock::time_point now = Clock::now();
     if (monitor_ == nullptr || now < next_heartbeat_poll_) return;
     next_heartbeat_poll_ = now + kHeartbeatPollInterval;
+    hung_ = monitor_->poll(watched_workers(), generation_, now);
+    if (!hung_.empty()) begin_stop(Cause::kHang, SIGTERM);
+  }
+
+  std::vector<WatchedWorker> watched_workers() const {
     std::vector<WatchedWorker> watched;
     for (const RunningWorker& w : group_.running_workers()) {
       const auto it = spawned_in_.find(w.rank);
@@ -245,8 +251,7 @@ class Supervisor {
       else
         watched.push_back(WatchedWorker{w.rank, w.pid, it == spawned_in_.end() ? settings_.generation : it->second});
     }
-    hung_ = monitor_->poll(watched, generation_, now);
-    if (!hung_.empty()) begin_stop(Cause::kHang, SIGTERM);
+    return watched;
   }
 
   std::string worker_text(const WorkerExit& w) const {
@@ -255,7 +260,15 @@ class Supervisor {
            describe_exit(w.wait_status);
   }
 
-  int64_t last_step() const { return monitor_ ? monitor_->last_step() : -1; }
+  // The highest step any worker reported, with the heartbeats read again
+  // now: a failure between two polls (every 0.5 s) would otherwise leave its
+  // restart record without the steps a fast run trained since the last one.
+  // A hang found by this read is left to the next regular poll.
+  int64_t last_step() {
+    if (!monitor_) return -1;
+    monitor_->poll(watched_workers(), generation_, Clock::now());
+    return monitor_->last_step();
+  }
 
   GroupOutcome outcome() const {
     GroupOutcome o;
@@ -302,7 +315,7 @@ class Supervisor {
     o.record.generation = generation_ + 1;
     if (cause_ != Cause::kPeer || !peer_.record) {
       o.record.failure_unix_ms = failure_unix_ms_;
-      o.record.last_step = last_step();
+      o.record.last_step = monitor_ ? monitor_->last_step() : -1;
     }
     return o;
   }
