@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "gradmesh/core/error.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::obs {
@@ -32,6 +33,16 @@ TEST(Prometheus, CountersAndGaugesRenderWithTheirLabels) {
             "# HELP x_queue_depth Waiting.\n"
             "# TYPE x_queue_depth gauge\n"
             "x_queue_depth{model=\"a\"} 2\n");
+}
+
+TEST(Prometheus, ANameIsOneFamilyHoweverOftenItIsAskedFor) {
+  MetricsRegistry registry;
+  registry.counter("jobs_total", "Jobs.").add({{"rank", "0"}}, 1);
+  registry.counter("jobs_total", "Jobs.").add({{"rank", "1"}}, 2);
+  const std::string text = registry.render();
+  EXPECT_EQ(text.find("# TYPE jobs_total"), text.rfind("# TYPE jobs_total")) << text;
+  EXPECT_NE(text.find("jobs_total{rank=\"1\"} 2"), std::string::npos) << text;
+  EXPECT_THROW(registry.gauge("jobs_total", "Jobs."), Error) << "another kind under the same name";
 }
 
 TEST(Prometheus, HistogramBucketsAreCumulativeWithInfSumAndCount) {

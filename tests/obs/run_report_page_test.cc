@@ -134,6 +134,11 @@ TEST(RunExposition, ExportsTheRunPerRankWithConventionalNames) {
            "gradmesh_checkpoints_total{run_id=\"x\"} 1",
        })
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  // One HELP and TYPE line per family, as Prometheus requires.
+  for (size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) {
+    const std::string name = text.substr(at + 7, text.find(' ', at + 7) - at - 7);
+    EXPECT_EQ(text.find("# TYPE " + name + " ", at + 1), std::string::npos) << "two TYPE lines for " << name;
+  }
   // Without a run: the agent's own figures only.
   const std::string bare = render_run_exposition(RunLog{}, "y", 0, 0, 0, "rendezvous");
   EXPECT_NE(bare.find("gradmesh_agent_generation{run_id=\"y\"} 0"), std::string::npos);

@@ -115,23 +115,39 @@ std::vector<double> exponential_bounds(double start, double factor, int count) {
   return bounds;
 }
 
+namespace {
+
+// A name names one family: asking again returns it (a second HELP/TYPE
+// block would make the whole scrape invalid). Asking for another kind under
+// the same name is a bug.
+template <class Family, class... Args>
+Family& family_named(std::vector<std::unique_ptr<MetricFamily>>& families, const std::string& name, Args&&... args) {
+  for (const auto& family : families)
+    if (family->name() == name) {
+      auto* same = dynamic_cast<Family*>(family.get());
+      GRADMESH_CHECK(same != nullptr, "metric " + name + " registered twice with different types");
+      return *same;
+    }
+  families.push_back(std::make_unique<Family>(name, std::forward<Args>(args)...));
+  return static_cast<Family&>(*families.back());
+}
+
+}  // namespace
+
 CounterFamily& MetricsRegistry::counter(const std::string& name, const std::string& help) {
   std::lock_guard<std::mutex> lock(mutex_);
-  families_.push_back(std::make_unique<CounterFamily>(name, help));
-  return static_cast<CounterFamily&>(*families_.back());
+  return family_named<CounterFamily>(families_, name, help);
 }
 
 GaugeFamily& MetricsRegistry::gauge(const std::string& name, const std::string& help) {
   std::lock_guard<std::mutex> lock(mutex_);
-  families_.push_back(std::make_unique<GaugeFamily>(name, help));
-  return static_cast<GaugeFamily&>(*families_.back());
+  return family_named<GaugeFamily>(families_, name, help);
 }
 
 HistogramFamily& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                             std::vector<double> bounds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  families_.push_back(std::make_unique<HistogramFamily>(name, help, std::move(bounds)));
-  return static_cast<HistogramFamily&>(*families_.back());
+  return family_named<HistogramFamily>(families_, name, help, std::move(bounds));
 }
 
 std::string MetricsRegistry::render() const {

@@ -1,5 +1,7 @@
 #include "gradmesh/obs/run_exposition.h"
 
+#include <algorithm>
+
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::obs {
@@ -64,12 +66,15 @@ std::string render_run_exposition(const RunLog& log, const std::string& run_id, 
     for (const RankMetric& m : kRankMetrics) {
       const auto it = u.ranks.find(m.field);
       if (it == u.ranks.end()) continue;
+      // One family per metric, a series per rank (one HELP and TYPE line each).
+      CounterFamily* counter = m.counter ? &registry.counter(m.name, m.help) : nullptr;
+      GaugeFamily* gauge = m.counter ? nullptr : &registry.gauge(m.name, m.help);
       for (size_t r = 0; r < it->second.size(); ++r) {
         const Labels labels{{"run_id", run_id}, {"rank", std::to_string(r)}};
-        if (m.counter)
-          registry.counter(m.name, m.help).add(labels, std::max(0.0, it->second[r]));
+        if (counter)
+          counter->add(labels, std::max(0.0, it->second[r]));
         else
-          registry.gauge(m.name, m.help).set(labels, it->second[r]);
+          gauge->set(labels, it->second[r]);
       }
     }
     CounterFamily& sent = registry.counter("gradmesh_backend_sent_bytes_total", "Bytes sent, all ranks, by backend.");
