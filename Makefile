@@ -75,8 +75,9 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
 
-# The threaded layers (comm, parallel, data, serve) under ThreadSanitizer (CI runs this
-# too). Only their four test executables (and the gradmesh executable their
+# The threaded layers (comm, parallel, data, serve, elastic: the launcher's
+# dashboard server and feed) under ThreadSanitizer (CI runs this too). Only
+# their five test executables (and the gradmesh executable their
 # tests start) are built: TSan objects are a cold compile, and the whole suite
 # would not fit CI's 30 minutes on two cores. A report fails its test
 # (halt_on_error); tests/tsan.supp silences third-party code only.
@@ -96,7 +97,7 @@ test-asan: deps
 # peers, which the Release run checks, not new threads). The all-reduce
 # cache's matrix re-points buffers on one thread per rank; the Release and
 # ASan runs check it.
-TSAN_LAYERS = comm;parallel;data;serve
+TSAN_LAYERS = comm;parallel;data;serve;elastic
 TSAN_EXCLUDE = ^((Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|GlooAllreduceCache\.EveryAlgorithmOnEveryWorldSizeAndRebinding|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/[34]|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[567]|DataParallelNetns\..*|DataParallel\.(MlpWorkersMatchOneProcess|CnnWorkersMatchOneProcess|WinogradCnnWorkersMatchOneProcessWithTheSameSplit|Bf16CommunicationStaysCloseButIsRounded|RerunsAreBitIdentical|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed))$$
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=thread \

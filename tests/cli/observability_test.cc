@@ -202,7 +202,7 @@ TEST(DashboardFlags, OffMeansNoServerAndBadValuesAreUsageErrors) {
 TEST(Dashboard, PrometheusShowsTheRunPerRankWhileItTrains) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   TempDir dir;
-  const pid_t launcher = spawn_launch("--dashboard-port 0", workload("p1"), dir.path(), "launch");
+  const pid_t launcher = spawn_launch("--dashboard-port 0", workload("p1", "--set train.max_steps=80"), dir.path(), "launch");
   std::string url;
   for (int i = 0; i < 200 && url.empty(); ++i) {
     std::smatch m;

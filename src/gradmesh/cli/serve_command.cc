@@ -129,6 +129,7 @@ int launch_shards(const ServeArgs& args, int nproc) {
   o.nproc_per_node = nproc;
   o.heartbeat_timeout_s = 0;  // a server makes no training steps to report
   o.clean_signal_stop_succeeds = true;  // SIGTERM drains rank 0, which then stops the others
+  o.dashboard_port = -1;  // a training run's dashboard: serving has its own /metrics (docs/serve.md)
   o.command = {self_executable()};
   for (size_t i = 0; i < args.command_line.size(); ++i) {
     const std::string& a = args.command_line[i];

@@ -287,12 +287,15 @@ int run_launcher(const LaunchOptions& options) {
   const LaunchContext ctx = resolve(options, owned_store);
   const auto status = std::make_shared<AgentStatus>(ctx.run_id);
   // Both servers show the run's figures: one follower of its metrics for both.
-  const std::shared_ptr<MetricsFeed> feed =
-      options.dashboard_port >= 0 || options.agent_port >= 0
-          ? std::make_shared<MetricsFeed>(ctx.endpoint, ctx.run_id, status)
-          : nullptr;
-  const std::unique_ptr<AgentHttpServer> endpoints = start_agent_endpoints(options, status, feed);
-  const std::unique_ptr<AgentHttpServer> dashboard = start_dashboard(options, status, feed);
+  std::shared_ptr<MetricsFeed> feed;
+  std::unique_ptr<AgentHttpServer> endpoints, dashboard;
+  {
+    const RelaySignalsBlocked blocked;  // their threads leave signals to this one
+    if (options.dashboard_port >= 0 || options.agent_port >= 0)
+      feed = std::make_shared<MetricsFeed>(ctx.endpoint, ctx.run_id, status);
+    endpoints = start_agent_endpoints(options, status, feed);
+    dashboard = start_dashboard(options, status, feed);
+  }
   const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint);
   SignalRelay relay;
   RestartBudget budget(store, ctx.run_id, options.max_restarts);

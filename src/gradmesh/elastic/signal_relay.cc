@@ -57,6 +57,15 @@ SignalRelay::~SignalRelay() {
   ::close(write_fd_);
 }
 
+RelaySignalsBlocked::RelaySignalsBlocked() {
+  sigset_t relayed;
+  sigemptyset(&relayed);
+  for (int sig : SignalRelay::kSignals) sigaddset(&relayed, sig);
+  ::pthread_sigmask(SIG_BLOCK, &relayed, &previous_);
+}
+
+RelaySignalsBlocked::~RelaySignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+
 std::vector<int> SignalRelay::drain() {
   std::vector<int> out;
   unsigned char buf[64];

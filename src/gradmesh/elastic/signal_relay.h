@@ -41,11 +41,28 @@ class SignalRelay {
   void restore_in_child(const sigset_t& mask) const;
 
  private:
+  friend class RelaySignalsBlocked;
   static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE};
   static constexpr size_t kSignalCount = sizeof(kSignals) / sizeof(kSignals[0]);
   int read_fd_ = -1;
   int write_fd_ = -1;
   struct sigaction previous_[kSignalCount] = {};
+};
+
+// Blocks the relay's signals in the calling thread while it lives: threads
+// started meanwhile (the dashboard's server and feed) inherit the mask, so
+// the kernel delivers those signals to the thread that owns the relay. A
+// handler running on a helper thread could write to the pipe as the relay
+// closes it.
+class RelaySignalsBlocked {
+ public:
+  RelaySignalsBlocked();
+  ~RelaySignalsBlocked();  // the previous mask again
+  RelaySignalsBlocked(const RelaySignalsBlocked&) = delete;
+  RelaySignalsBlocked& operator=(const RelaySignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
 };
 
 }  // namespace gradmesh::elastic
