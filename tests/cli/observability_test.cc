@@ -194,6 +194,14 @@ TEST(DashboardFlags, OffMeansNoServerAndBadValuesAreUsageErrors) {
   const CommandResult exposed =
       run_gradmesh("launch --nproc-per-node 1 --dashboard-host 0.0.0.0 -- true", dir.path());
   EXPECT_NE(exposed.err.find("the dashboard has no authentication"), std::string::npos) << exposed.err;
+  // A port already taken is named, before any worker starts.
+  httplib::Server holder;
+  const int taken = holder.bind_to_any_port("127.0.0.1");
+  const CommandResult busy =
+      run_gradmesh("launch --nproc-per-node 1 --dashboard-port " + std::to_string(taken) + " -- touch ran", dir.path());
+  EXPECT_EQ(busy.exit_code, 1) << busy.err;
+  EXPECT_NE(busy.err.find("dashboard 127.0.0.1:" + std::to_string(taken)), std::string::npos) << busy.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran")) << "no worker started";
 }
 
 // The launcher's Prometheus endpoint while a run trains: the run's figures

@@ -140,7 +140,7 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
       reply(res, 404, {{"error", "no endpoint " + req.path + "; try /healthz, /readyz, /status or /metrics"}});
   });
   impl_->host = options.host;
-  impl_->port = bind_alone(server, options.host, options.port, "agent endpoint ");
+  impl_->port = bind_alone(server, options.host, options.port, options.dashboard ? "dashboard " : "agent endpoint ");
   impl_->thread = std::thread([this] {
     impl_->server.listen_after_bind();
     impl_->returned = true;
