@@ -84,8 +84,20 @@ void MetricsFeed::poll() {
     std::lock_guard<std::mutex> lock(mutex_);
     append({"agent", agent_event_json(s)});
   }
+  // Rank 0 publishes the path once per process: a restarted run may name a
+  // new file. The store is asked every second until the path is known, then
+  // every 5 s (one launcher per node asks: a large job's store must not pay
+  // for the dashboard at the file's 4 reads a second).
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_path_check_) {
+    next_path_check_ = now + (path_.empty() ? std::chrono::seconds(1) : std::chrono::seconds(5));
+    read_published_path();
+  }
+  if (!path_.empty()) follow_file();
+}
+
+void MetricsFeed::read_published_path() {
   if (!store_) store_ = comm::open_store(endpoint_);
-  // Rank 0 publishes the path once per process: a restarted run may name a new file.
   const std::string key = metrics_path_key(run_id_);
   if (store_->check({key})) {
     const std::string path = store_->get(key, std::chrono::milliseconds(1000));
@@ -95,7 +107,6 @@ void MetricsFeed::poll() {
       reader_ = std::make_unique<obs::RunLogReader>(path_, /*keep_steps=*/false);
     }
   }
-  if (!path_.empty()) follow_file();
 }
 
 void MetricsFeed::follow_file() {

@@ -59,6 +59,7 @@ class MetricsFeed {
  private:
   void loop();
   void poll();
+  void read_published_path();
   void follow_file();
   void append(Event event);  // REQUIRES: mutex_ held
 
@@ -68,6 +69,7 @@ class MetricsFeed {
   size_t thinning_step_;
   std::shared_ptr<comm::Store> store_;  // opened on the feed's thread
   size_t agent_seen_ = 0;
+  std::chrono::steady_clock::time_point next_path_check_{};
   std::string path_;      // of metrics.jsonl, once published
   uint64_t offset_ = 0;   // bytes of it consumed (complete lines only)
   std::string partial_;   // a line still being written

@@ -67,7 +67,7 @@ class Supervisor {
     stop_signal_ = sig;
     stopping_ = true;
     if (failure_unix_ms_ == 0) failure_unix_ms_ = unix_millis();
-    last_step();  // read before the workers stop: outcome() records it
+    refresh_last_step();  // before the workers stop: outcome() records it
     others_stopped_ = group_.running();
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
@@ -100,6 +100,7 @@ class Supervisor {
       if (!in_process_recovery_announced(*settings_.store, settings_.run_id)) return false;
       const std::optional<int> used = settings_.budget->claim(next);
       if (!used) return false;  // budget spent: stop the group as for any failure
+      refresh_last_step();
       RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_millis(), last_step()};
       settings_.budget->publish_record(record);
       write_current_generation(*settings_.store, settings_.run_id, next);
@@ -135,6 +136,7 @@ class Supervisor {
       if (live < std::max(1, settings_.min_nnodes)) return false;
       const std::optional<int> used = settings_.budget->claim(next);
       if (!used) return false;
+      refresh_last_step();
       RestartRecord record{next, -1, peer_.reason, 1, failure_unix_ms_, last_step()};
       settings_.budget->publish_record(record);
       write_surviving_ranks(*settings_.store, settings_.run_id, next, survivors);
@@ -260,15 +262,15 @@ class Supervisor {
            describe_exit(w.wait_status);
   }
 
-  // The highest step any worker reported, with the heartbeats read again
-  // now: a failure between two polls (every 0.5 s) would otherwise leave its
-  // restart record without the steps a fast run trained since the last one.
-  // A hang found by this read is left to the next regular poll.
-  int64_t last_step() {
-    if (!monitor_) return -1;
-    monitor_->poll(watched_workers(), generation_, Clock::now());
-    return monitor_->last_step();
+  // Reads the heartbeats again now, outside the regular polls: a failure
+  // between two polls (every 0.5 s) would otherwise leave its restart record
+  // without the steps a fast run trained since the last one. A hang this
+  // read finds is left to the next regular poll.
+  void refresh_last_step() {
+    if (monitor_) monitor_->poll(watched_workers(), generation_, Clock::now());
   }
+  // The highest step any worker reported.
+  int64_t last_step() const { return monitor_ ? monitor_->last_step() : -1; }
 
   GroupOutcome outcome() const {
     GroupOutcome o;
@@ -315,7 +317,7 @@ class Supervisor {
     o.record.generation = generation_ + 1;
     if (cause_ != Cause::kPeer || !peer_.record) {
       o.record.failure_unix_ms = failure_unix_ms_;
-      o.record.last_step = monitor_ ? monitor_->last_step() : -1;
+      o.record.last_step = last_step();
     }
     return o;
   }

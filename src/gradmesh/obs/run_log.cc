@@ -143,6 +143,9 @@ void RunLogReader::read_line(const std::string& line) {
       if (it.key() != "type" && it.key() != "time") log_.run[it.key()] = line_text(j, it.key().c_str());
   } else if (type == "summary") {
     log_.summary = line_number_fields(j);
+    log_.summary_lists.clear();
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it->is_array()) log_.summary_lists[it.key()] = line_numbers(*it);
     add_event(log_, RunEvent::Kind::kFinished, j, "run finished");
   } else if (type == "restart") {
     add_event(log_, RunEvent::Kind::kRestart, j,

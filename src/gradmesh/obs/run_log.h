@@ -68,6 +68,7 @@ struct RunLog {
   std::vector<RunEvent> events;
   std::optional<UsageRecord> usage;
   std::map<std::string, double> summary;   // the last "summary" line's numbers
+  std::map<std::string, std::vector<double>> summary_lists;  // and its arrays of numbers (per rank)
   double first_time = 0;                   // of the first line with a time; 0 when none
   int64_t lines = 0;
   int64_t cut_off_lines = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 namespace gradmesh::obs {
@@ -34,29 +35,16 @@ std::optional<double> summary_value(const RunLog& log, const std::string& key) {
   return it->second;
 }
 
-ChartSeries series(const std::string& name) { return {name, {}}; }
-
-ChartSeries loss_series(const RunLog& log, const std::string& name) {
-  ChartSeries s = series(name);
-  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.loss);
+// One number of every step line (x: the step) or every epoch line (x: the epoch, from 1).
+ChartSeries step_series(const RunLog& log, const std::string& name, double StepRecord::*value) {
+  ChartSeries s{name, {}};
+  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.*value);
   return s;
 }
 
-ChartSeries throughput_series(const RunLog& log, const std::string& name) {
-  ChartSeries s = series(name);
-  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.samples_per_s);
-  return s;
-}
-
-ChartSeries accuracy_series(const RunLog& log, const std::string& name) {
-  ChartSeries s = series(name);
-  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.test_accuracy);
-  return s;
-}
-
-ChartSeries test_loss_series(const RunLog& log, const std::string& name) {
-  ChartSeries s = series(name);
-  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.test_loss);
+ChartSeries epoch_series(const RunLog& log, const std::string& name, double EpochRecord::*value) {
+  ChartSeries s{name, {}};
+  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.*value);
   return s;
 }
 
@@ -194,6 +182,18 @@ ReportContent report_content(const RunLog& log) {
   if (const auto acc = summary_value(log, "test_accuracy")) c.facts.emplace_back("final test accuracy", fixed(*acc, 4));
   if (const auto share = summary_value(log, "exposed_comm_share"))
     c.facts.emplace_back("exposed communication", fixed(*share * 100, 2) + "% of step time");
+  const auto bubble = log.summary_lists.find("pipeline_bubble_per_rank");
+  if (bubble != log.summary_lists.end() && !bubble->second.empty()) {
+    double mean = 0;
+    std::string per_rank;
+    for (double b : bubble->second) {
+      mean += b / static_cast<double>(bubble->second.size());
+      per_rank += (per_rank.empty() ? "" : " ") + fixed(b, 3);
+    }
+    c.facts.emplace_back("pipeline bubble", fixed(mean, 3) + " idle per stage, mean of ranks (" + per_rank +
+                                                "); (p-1)/(m+p-1) = " +
+                                                fixed(summary_value(log, "pipeline_bubble_textbook").value_or(0), 3));
+  }
   if (log.usage)
     c.facts.emplace_back("cost so far", money_text(log.usage->cost.total(), log.usage->prices.currency) +
                                             (log.usage->prices.examples ? " (example prices)" : ""));
@@ -207,10 +207,10 @@ ReportContent report_content(const RunLog& log) {
     c.tables.push_back({"Cost", {"kind", "used", "price", "cost"}, cost_rows(*log.usage), prices_note(*log.usage)});
     c.tables.push_back(usage_table(*log.usage));
   }
-  c.charts = {{"Training loss", "step", "loss", {loss_series(log, "train loss")}},
-              {"Test accuracy", "epoch", "accuracy", {accuracy_series(log, "test accuracy")}, true},
-              {"Throughput", "step", "samples/s", {throughput_series(log, "samples/s")}},
-              {"Test loss", "epoch", "loss", {test_loss_series(log, "test loss")}, true}};
+  c.charts = {{"Training loss", "step", "loss", {step_series(log, "train loss", &StepRecord::loss)}},
+              {"Test accuracy", "epoch", "accuracy", {epoch_series(log, "test accuracy", &EpochRecord::test_accuracy)}, true},
+              {"Throughput", "step", "samples/s", {step_series(log, "samples/s", &StepRecord::samples_per_s)}},
+              {"Test loss", "epoch", "loss", {epoch_series(log, "test loss", &EpochRecord::test_loss)}, true}};
   c.timeline = timeline(log);
   c.phases = phase_breakdown(log);
   Heatmap step = rank_heatmap(log, "Step time per rank over the run", {});
@@ -239,44 +239,50 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
                     field(b.run, "model") + " (" + field(b.run, "parameters") + ")", ""});
   t.rows.push_back({"ranks", field(a.run, "world_size") + " " + field(a.run, "backend"),
                     field(b.run, "world_size") + " " + field(b.run, "backend"), ""});
-  row("steps", summary_value(a, "steps"), summary_value(b, "steps"), 0);
-  row("samples/s", summary_value(a, "samples_per_s"), summary_value(b, "samples_per_s"), 0);
-  row("final train loss", summary_value(a, "final_train_loss"), summary_value(b, "final_train_loss"), 4);
-  row("test accuracy", summary_value(a, "test_accuracy"), summary_value(b, "test_accuracy"), 4);
-  row("training seconds", summary_value(a, "train_seconds"), summary_value(b, "train_seconds"), 1);
-  row("exposed communication share", summary_value(a, "exposed_comm_share"), summary_value(b, "exposed_comm_share"), 4);
-  const auto mean_phase = [](const RunLog& log, size_t p) -> std::optional<double> {
-    if (log.steps.empty() || p >= log.phases.size()) return std::nullopt;
-    double sum = 0;
-    for (const StepRecord& s : log.steps) sum += p < s.phase_ms.size() ? s.phase_ms[p] : 0;
-    return sum / static_cast<double>(log.steps.size());
+  // A figure of each run, side by side.
+  using Figure = std::function<std::optional<double>(const RunLog&)>;
+  const auto compare = [&](const std::string& label, const Figure& of, int digits) { row(label, of(a), of(b), digits); };
+  const auto summary = [](const char* key) -> Figure { return [key](const RunLog& log) { return summary_value(log, key); }; };
+  const auto usage = [](double (*of)(const UsageRecord&)) -> Figure {
+    return [of](const RunLog& log) { return log.usage ? std::optional(of(*log.usage)) : std::nullopt; };
   };
+  compare("steps", summary("steps"), 0);
+  compare("samples/s", summary("samples_per_s"), 0);
+  compare("final train loss", summary("final_train_loss"), 4);
+  compare("test accuracy", summary("test_accuracy"), 4);
+  compare("training seconds", summary("train_seconds"), 1);
+  compare("exposed communication share", summary("exposed_comm_share"), 4);
   for (size_t p = 0; p < a.phases.size() || p < b.phases.size(); ++p)
-    row((p < a.phases.size() ? a.phases[p] : b.phases[p]) + " ms per step (mean of ranks)", mean_phase(a, p),
-        mean_phase(b, p), 3);
-  const auto cost = [](const RunLog& log, double Cost::*part) -> std::optional<double> {
-    if (!log.usage) return std::nullopt;
-    return log.usage->cost.*part;
-  };
-  row("cost: compute", cost(a, &Cost::compute), cost(b, &Cost::compute), 6);
-  row("cost: storage", cost(a, &Cost::storage), cost(b, &Cost::storage), 9);
-  row("cost: egress", cost(a, &Cost::egress), cost(b, &Cost::egress), 6);
-  row("cost: total", a.usage ? std::optional(a.usage->cost.total()) : std::nullopt,
-      b.usage ? std::optional(b.usage->cost.total()) : std::nullopt, 6);
-  row("CPU core-seconds", a.usage ? std::optional(a.usage->total("cpu_seconds")) : std::nullopt,
-      b.usage ? std::optional(b.usage->total("cpu_seconds")) : std::nullopt, 1);
-  row("bytes sent to other hosts", a.usage ? std::optional(a.usage->total("inter_host_bytes")) : std::nullopt,
-      b.usage ? std::optional(b.usage->total("inter_host_bytes")) : std::nullopt, 0);
+    compare((p < a.phases.size() ? a.phases[p] : b.phases[p]) + " ms per step (mean of ranks)",
+            [p](const RunLog& log) -> std::optional<double> {
+              if (log.steps.empty() || p >= log.phases.size()) return std::nullopt;
+              double sum = 0;
+              for (const StepRecord& s : log.steps) sum += p < s.phase_ms.size() ? s.phase_ms[p] : 0;
+              return sum / static_cast<double>(log.steps.size());
+            },
+            3);
+  compare("cost: compute", usage([](const UsageRecord& u) { return u.cost.compute; }), 6);
+  compare("cost: storage", usage([](const UsageRecord& u) { return u.cost.storage; }), 9);
+  compare("cost: egress", usage([](const UsageRecord& u) { return u.cost.egress; }), 6);
+  compare("cost: total", usage([](const UsageRecord& u) { return u.cost.total(); }), 6);
+  compare("CPU core-seconds", usage([](const UsageRecord& u) { return u.total("cpu_seconds"); }), 1);
+  compare("bytes sent to other hosts", usage([](const UsageRecord& u) { return u.total("inter_host_bytes"); }), 0);
   if (a.usage && b.usage && a.usage->prices.currency != b.usage->prices.currency)
     c.notes.push_back("The runs' costs are in different currencies (" + a.usage->prices.currency + ", " +
                       b.usage->prices.currency + "): their ratio means nothing.");
   if ((a.usage && a.usage->prices.examples) || (b.usage && b.usage->prices.examples))
     t.note = "Costs use example prices where a run's config set none.";
   c.tables.push_back(std::move(t));
-  c.charts = {{"Training loss", "step", "loss", {loss_series(a, "A"), loss_series(b, "B")}},
-              {"Test accuracy", "epoch", "accuracy", {accuracy_series(a, "A"), accuracy_series(b, "B")}, true},
-              {"Throughput", "step", "samples/s", {throughput_series(a, "A"), throughput_series(b, "B")}},
-              {"Test loss", "epoch", "loss", {test_loss_series(a, "A"), test_loss_series(b, "B")}, true}};
+  const auto both_steps = [&](double StepRecord::*value) {
+    return std::vector<ChartSeries>{step_series(a, "A", value), step_series(b, "B", value)};
+  };
+  const auto both_epochs = [&](double EpochRecord::*value) {
+    return std::vector<ChartSeries>{epoch_series(a, "A", value), epoch_series(b, "B", value)};
+  };
+  c.charts = {{"Training loss", "step", "loss", both_steps(&StepRecord::loss)},
+              {"Test accuracy", "epoch", "accuracy", both_epochs(&EpochRecord::test_accuracy), true},
+              {"Throughput", "step", "samples/s", both_steps(&StepRecord::samples_per_s)},
+              {"Test loss", "epoch", "loss", both_epochs(&EpochRecord::test_loss), true}};
   return c;
 }
 

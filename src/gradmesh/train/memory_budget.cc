@@ -12,7 +12,6 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/parallel/pipeline_schedule.h"
-#include "gradmesh/parallel/rank_agreement.h"
 
 namespace gradmesh::train {
 namespace {
@@ -205,20 +204,6 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
 
 int local_rank_count() {
   return comm::launched_as_worker() ? comm::read_worker_environment().local_world_size : 1;
-}
-
-int64_t peak_rss_bytes() {
-  struct rusage usage {};
-  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-std::vector<double> gather_peak_rss_bytes(comm::ProcessGroup* group) {
-  const int64_t mine = peak_rss_bytes();
-  if (!group || group->size() == 1) return {static_cast<double>(mine)};
-  std::vector<double> all;
-  for (const std::string& r : parallel::allgather_strings(*group, std::to_string(mine))) all.push_back(std::stod(r));
-  return all;
 }
 
 std::string memory_message(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit) {

@@ -114,11 +114,6 @@ void check_memory_fits(const MemoryEstimate& estimate, const std::optional<Memor
 // The ranks of this node: LOCAL_WORLD_SIZE of a launched worker, else 1.
 int local_rank_count();
 
-// This process's peak resident set so far (getrusage ru_maxrss), in bytes.
-int64_t peak_rss_bytes();
-// Collective with several ranks: every rank's peak_rss_bytes(), in rank order.
-std::vector<double> gather_peak_rss_bytes(comm::ProcessGroup* group);
-
 // The start-up line: "memory (estimate): <describe>; limit 4096.0 MiB from <source>".
 std::string memory_message(const MemoryEstimate& estimate, const std::optional<MemoryLimit>& limit);
 // metrics.jsonl's {"type": "memory", "estimate_bytes", "params_bytes", "grads_bytes", "optimizer_bytes",

@@ -130,13 +130,14 @@ class TrainingRun {
   void rebalance();
   void write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate, double now);
   void evaluate_epoch(int64_t epoch);
-  void summarize();
+  // `usage`: every rank's, from the last meter_usage().
+  void summarize(const std::vector<RankUsage>& usage);
   void write_summary_line();
   void write_report();
   // Rank 0: opens metrics.jsonl (`append`: after what earlier processes of the run wrote) and its meter.
   void open_metrics(bool append);
   // Collective: every rank's usage; rank 0 writes the usage line.
-  void meter_usage();
+  std::vector<RankUsage> meter_usage();
 
   const Config& config_;
   const TrainConfig& tc_;
@@ -330,8 +331,8 @@ TrainSummary TrainingRun::run() {
   progress_.finish();
   if (checkpointer_) checkpointer_->finish();
   resilience_.finished();
-  summarize();
-  meter_usage();  // the whole run's consumption, before the summary line quotes its cost
+  // The whole run's consumption, before the summary line quotes its cost and peak memory.
+  summarize(meter_usage());
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
   if (config_.output.save_weights && !summary_.stopped) gather_full_parameters();
   // A split model's weights are assembled on every rank of its group; rank 0 writes them.
@@ -417,14 +418,15 @@ void TrainingRun::open_metrics(bool append) {
   resilience_.publish_metrics_path(ec ? path : absolute.string());
 }
 
-void TrainingRun::meter_usage() {
+std::vector<RankUsage> TrainingRun::meter_usage() {
   const double start = now_seconds();
-  const std::vector<RankUsage> ranks = gather_rank_usage(world_, measure_rank_usage());
-  if (!metrics_ || !usage_meter_) return;
+  std::vector<RankUsage> ranks = gather_rank_usage(world_, measure_rank_usage());
+  if (!metrics_ || !usage_meter_) return ranks;
   obs::JsonObject line = usage_meter_->line(s_.step, ranks, now_seconds());
   // What metering itself costs the run: measured, not assumed negligible.
   line.add("metering_ms", (now_seconds() - start) * 1e3);
   metrics_->write(line);
+  return ranks;
 }
 
 // Continue where `state` says: the same step, the same place in the global sample order.
@@ -745,8 +747,9 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   s_.window_start += eval_end - eval_start;
 }
 
-void TrainingRun::summarize() {
-  summary_.peak_rss_bytes_per_rank = gather_peak_rss_bytes(world_);
+void TrainingRun::summarize(const std::vector<RankUsage>& usage) {
+  summary_.peak_rss_bytes_per_rank.clear();
+  for (const RankUsage& u : usage) summary_.peak_rss_bytes_per_rank.push_back(u.peak_rss_bytes);
   summary_.steps = s_.step;
   summary_.samples = s_.samples;
   summary_.final_train_loss = s_.last_loss;
@@ -806,26 +809,11 @@ void TrainingRun::write_summary_line() {
   metrics_->write(line);
 }
 
-// The page is built from metrics.jsonl, as `gradmesh report` rebuilds it;
-// only what the file does not hold (the pipeline's bubble) is added here.
+// The page is built from metrics.jsonl, as `gradmesh report` rebuilds it.
 void TrainingRun::write_report() {
-  const TrainSummary& s = summary_;
-  obs::ReportContent content = obs::report_content(obs::read_run_log(s.run_dir + "/metrics.jsonl"));
-  if (!s.pipeline_bubble_per_rank.empty()) {
-    double mean = 0;
-    std::string per_rank;
-    char value[32];
-    for (double b : s.pipeline_bubble_per_rank) {
-      mean += b / static_cast<double>(s.pipeline_bubble_per_rank.size());
-      std::snprintf(value, sizeof value, "%s%.3f", per_rank.empty() ? "" : " ", b);
-      per_rank += value;
-    }
-    char fact[160];
-    std::snprintf(fact, sizeof fact, "%.3f idle per stage, mean of ranks (%s); (p-1)/(m+p-1) = %.3f", mean,
-                  per_rank.c_str(), s.pipeline_bubble_textbook);
-    content.facts.emplace_back("pipeline bubble", fact);
-  }
-  write_file_atomically(s.run_dir + "/report.html", obs::render_report_html(content));
+  const std::string& dir = summary_.run_dir;
+  write_file_atomically(dir + "/report.html",
+                        obs::render_report_html(obs::report_content(obs::read_run_log(dir + "/metrics.jsonl"))));
 }
 
 }  // namespace

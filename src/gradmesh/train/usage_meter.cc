@@ -26,19 +26,22 @@ constexpr const char* kFieldNames[] = {"cpu_seconds",      "wall_seconds",      
                                        "inter_host_received_bytes", "dataset_read_bytes", "checkpoint_written_bytes"};
 constexpr size_t kFields = std::size(kFieldNames);
 
-std::array<double*, kFields> fields_of(RankUsage& u) {
-  return {&u.cpu_seconds,      &u.wall_seconds,     &u.peak_rss_bytes,
-          &u.sent_bytes,       &u.received_bytes,   &u.inter_host_bytes,
-          &u.inter_host_received_bytes, &u.dataset_read_bytes, &u.checkpoint_written_bytes};
+// The fixed fields of `u`, in kFieldNames' order (const or not, as `u` is).
+template <class Usage>
+auto fields_of(Usage& u) {
+  return std::array{&u.cpu_seconds,      &u.wall_seconds,     &u.peak_rss_bytes,
+                    &u.sent_bytes,       &u.received_bytes,   &u.inter_host_bytes,
+                    &u.inter_host_received_bytes, &u.dataset_read_bytes, &u.checkpoint_written_bytes};
 }
+static_assert(std::tuple_size_v<decltype(fields_of(std::declval<RankUsage&>()))> == kFields);
 
 // "process v0 v1 ... v8 backend sent received ..." with 17 digits, so the
 // doubles round-trip (a process id and a backend name hold no spaces).
-std::string encode(RankUsage u) {
+std::string encode(const RankUsage& u) {
   std::ostringstream out;
   out.precision(17);
   out << u.process << ' ';
-  for (double* v : fields_of(u)) out << *v << ' ';
+  for (const double* v : fields_of(u)) out << *v << ' ';
   for (const auto& [name, traffic] : u.backends) out << name << ' ' << traffic.first << ' ' << traffic.second << ' ';
   return out.str();
 }
@@ -159,8 +162,10 @@ obs::JsonObject UsageMeter::line(int64_t step, const std::vector<RankUsage>& ran
   // process it never saw). Ranks run side by side: the interval's wall time
   // is the longest rank's; peak memory is the largest ever seen.
   double wall = 0;
-  for (RankUsage u : ranks) {
-    RankUsage previous = last_seen_.count(u.process) ? last_seen_[u.process] : RankUsage{};
+  for (const RankUsage& u : ranks) {
+    const auto seen = last_seen_.find(u.process);
+    static const RankUsage kNeverSeen;
+    const RankUsage& previous = seen == last_seen_.end() ? kNeverSeen : seen->second;
     const auto now_fields = fields_of(u), then_fields = fields_of(previous);
     for (size_t f = 0; f < kFields; ++f) {
       const std::string name = kFieldNames[f];
@@ -185,7 +190,7 @@ obs::JsonObject UsageMeter::line(int64_t step, const std::vector<RankUsage>& ran
   for (const RankUsage& u : ranks) processes.push_back(u.process);
   for (size_t f = 0; f < kFields; ++f) {
     std::vector<double> values;
-    for (RankUsage u : ranks) values.push_back(*fields_of(u)[f]);
+    for (const RankUsage& u : ranks) values.push_back(*fields_of(u)[f]);
     per_rank.add(kFieldNames[f], values);
   }
   for (const auto& [name, value] : totals_) totals.add(name, value);
