@@ -89,7 +89,13 @@ TEST(Generation, ConcurrentSequencesShareStepsAndEachGetsItsOwnText) {
   GenerationOptions options;
   options.max_streams = 8;
   LocalSequenceModel sequences(gpt);
+  // The first step waits until every request is queued: a tiny model on a
+  // busy machine could otherwise finish each sequence before the next one
+  // arrives, and the batch would never be wider than one.
+  std::promise<void> all_queued;
+  const std::shared_future<void> queued = all_queued.get_future().share();
   GenerationScheduler scheduler(sequences, letters(), options, [&](int64_t streams, double) {
+    queued.wait();
     std::lock_guard<std::mutex> lock(mutex);
     widest = std::max(widest, streams);
   });
@@ -107,6 +113,7 @@ TEST(Generation, ConcurrentSequencesShareStepsAndEachGetsItsOwnText) {
   }
   std::vector<std::future<Outcome>> results;
   for (size_t i = 0; i < prompts.size(); ++i) results.push_back(run(scheduler, prompts[i], params[i]));
+  all_queued.set_value();
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(results[i].get().text, expected[i]) << i;
   EXPECT_GT(widest, 1) << "sequences were advanced together";
   // Finished sequences leave the batch just after their last event.
