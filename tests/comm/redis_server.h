@@ -128,6 +128,20 @@ class RedisServer {
   }
   std::string command(const std::vector<std::string>& args) const { return redis_command(port_, password_, args); }
 
+  // A new server on the same port, as a restarted Redis without persistence:
+  // every key is gone and every client's connection was dropped. Throws when
+  // it does not answer. Call it from the thread that outlives the server
+  // (PR_SET_PDEATHSIG fires when the starting thread ends).
+  void restart() {
+    stop();
+    const int port = port_;
+    for (int attempt = 0; attempt < 100 && pid_ < 0; ++attempt) {
+      try_start(port);  // the old socket may linger a moment
+      if (pid_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (pid_ < 0) throw std::runtime_error("RedisServer: cannot restart on port " + std::to_string(port));
+  }
+
   // SIGTERM, then SIGKILL if it has not exited after 3 s.
   void stop() {
     if (pid_ < 0) return;

@@ -34,7 +34,7 @@ class RedisStoreTest : public ::testing::Test {
   // The error a connection attempt to `endpoint` throws.
   static Error open_error(const std::string& endpoint) {
     try {
-      open_store(endpoint, kConnect);
+      open_store(endpoint, kConnect, Millis{0});  // no retry window: the first failure is the answer
     } catch (const Error& e) {
       return e;
     }
@@ -288,6 +288,67 @@ TEST(RedisStoreWithoutServer, AServerThatIsNotRedisIsNamedAsSuch) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
     EXPECT_NE(std::string(e.what()).find("is not Redis protocol"), std::string::npos) << e.what();
+  }
+}
+
+// Store sessions: a call that meets a restarted server reconnects within the
+// retry window instead of failing (the data of a server without persistence
+// is gone; the session's AUTH and SELECT are made again).
+TEST_F(RedisStoreTest, ARestartWithinTheRetryWindowIsWaitedOut) {
+  auto private_server = std::make_unique<RedisServer>("restart-pw");
+  RedisStore store("127.0.0.1", private_server->port(), "restart-pw", 3, kConnect, "", Millis{20'000});
+  store.set("before", "1");
+  private_server->stop();
+  std::string failure;
+  std::thread client([&] {
+    try {
+      store.set("during", "2");  // blocks until the server is back, then succeeds
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  private_server->restart();
+  client.join();
+  EXPECT_EQ(failure, "") << "SET during the restart failed";
+  EXPECT_EQ(store.get("during", kConnect), "2");
+  EXPECT_FALSE(store.check({"before"})) << "a restarted server without persistence has no old keys";
+  EXPECT_EQ(store.add("counter", 5), 5);
+  EXPECT_EQ(private_server->command({"SELECT", "3"}), "OK");
+}
+
+// INCRBY is not repeated once sent: its reply was lost, so it may have been
+// applied, and add must never count twice. The next call goes through.
+TEST_F(RedisStoreTest, AnAddWhoseConnectionDroppedIsNotRepeated) {
+  auto private_server = std::make_unique<RedisServer>("add-pw");
+  RedisStore store("127.0.0.1", private_server->port(), "add-pw", 0, kConnect, "", Millis{20'000});
+  EXPECT_EQ(store.add("n", 1), 1);
+  private_server->restart();  // drops the store's connection
+  try {
+    store.add("n", 1);
+    FAIL() << "an add on a dropped connection was repeated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
+    EXPECT_NE(std::string(e.what()).find("INCRBY"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.add("n", 1), 1) << "the restarted server started from nothing";
+}
+
+TEST_F(RedisStoreTest, AServerDownLongerThanTheRetryWindowFailsSayingHowLong) {
+  auto private_server = std::make_unique<RedisServer>("gone-pw");
+  RedisStore store("127.0.0.1", private_server->port(), "gone-pw", 0, kConnect, "", Millis{600});
+  store.set("k", "v");
+  private_server->stop();
+  try {
+    store.set("k", "w");
+    FAIL() << "a stopped server accepted a SET";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kComm) << message;
+    EXPECT_NE(message.find(store.describe() + ": unreachable for "), std::string::npos) << message;
+    EXPECT_NE(message.find("the store timeout is 0.6 s"), std::string::npos) << message;
+    EXPECT_NE(message.find("Connection refused"), std::string::npos) << message;
+    EXPECT_EQ(message.find("gone-pw"), std::string::npos) << message;
   }
 }
 

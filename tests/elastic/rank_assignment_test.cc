@@ -2,13 +2,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <set>
+#include <thread>
 
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/core/error.h"
@@ -83,19 +86,59 @@ TEST(Rendezvous, ExplicitNodeRanksAndPortAreKept) {
   EXPECT_EQ(other.master_port, 29555);
 }
 
+// A live owner (its keep-alive moves) is a genuine duplicate: refused, naming both.
 TEST(Rendezvous, TakenRankIsAUsageErrorNamingTheOwner) {
   testing::TempDir dir;
   comm::FileStore store(dir.path());
-  RendezvousRequest first = request(2, 1, 1, "hostA pid 1");
-  first.join_timeout = Millis{50};
-  EXPECT_THROW(join_rendezvous(store, first), Error);  // node 0 never comes; rank 1 stays claimed
+  store.set("node/1/owner", "hostA pid 1");
+  std::atomic<bool> alive{true};
+  std::thread keep_alive([&] {
+    while (alive) {
+      store.add("alive/1", 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   try {
     join_rendezvous(store, request(2, 1, 1, "hostB pid 2"));
     ADD_FAILURE() << "a second node 1 must be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
-    EXPECT_NE(std::string(e.what()).find("already taken by hostA pid 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("already taken by hostA pid 1, which is still running; this launcher is hostB pid 2"),
+              std::string::npos)
+        << e.what();
   }
+  alive = false;
+  keep_alive.join();
+}
+
+// A node that comes back with its explicit rank while its dead predecessor's
+// claim is still there (it died between its claim and its node count): the
+// rendezvous is open, so it takes the rank over, its keep-alive being silent.
+TEST(Rendezvous, AReturningNodeTakesOverItsDeadPredecessorsRank) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  store.set("node/1/owner", "hostA pid 1");
+  store.set("alive/1", "4");
+  auto node0 = std::async(std::launch::async, [&] { return join_rendezvous(store, request(2, 1, 0, "hostB pid 3")); });
+  const RankAssignment back = join_rendezvous(store, request(2, 1, 1, "hostB pid 2"));
+  EXPECT_EQ(back.node_rank, 1);
+  EXPECT_EQ(node0.get().world_size, 2);
+  EXPECT_EQ(store.get("node/1/owner"), "hostB pid 2");
+}
+
+// Its generation already runs without it: it waits for the next one.
+TEST(Rendezvous, AReturningNodeWhoseGenerationRunsWaitsForTheNext) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  // On this host (same label host): a process that is gone is dead at once.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  store.set("node/0/nproc", "1");
+  store.set("node/1/nproc", "1");
+  store.set("node/1/owner", "hostB pid " + std::to_string(gone));
+  EXPECT_FALSE(try_join_rendezvous(store, request(2, 1, 1, "hostB pid 2")).has_value());
+  EXPECT_TRUE(rendezvous_begun(store));
 }
 
 TEST(Rendezvous, MissingNodeTimesOutNamingIt) {

@@ -15,6 +15,7 @@
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
@@ -67,6 +68,13 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   }
   train::catch_stop_signal();
   const train::TrainSummary s = train::run_training(config, stderr, group, run_options);
+  if (s.stopped && !train::stop_signal_received()) {
+    // Checked at exit: a SIGTERM that reached this rank just after another's is still its own.
+    log_warn("stopped after step " + std::to_string(s.steps) +
+             " because another rank was asked to stop (SIGTERM there); the run did not finish: continue it with "
+             "--resume auto (exit " + std::to_string(train::kStoppedByAnotherRankExitCode) + ")");
+    return train::kStoppedByAnotherRankExitCode;
+  }
   if (group && group->rank() != 0) return 0;  // rank 0 speaks for the job
   if (s.stopped) {
     std::printf("stopped after step %lld on SIGTERM; %s\n", static_cast<long long>(s.steps),

@@ -84,6 +84,10 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
                      "Seconds without heartbeat change or progress before a worker counts as hung (0 = off)")
       ->capture_default_str()
       ->type_name("SECONDS");
+  launch->add_option("--store-timeout,--store_timeout", a.store_timeout,
+                     "Seconds the store may stay unreachable (reconnecting) before every node gives up")
+      ->capture_default_str()
+      ->type_name("SECONDS");
   launch->add_option("--rdzv-last-call,--rdzv_last_call", a.rdzv_last_call,
                      "Elastic --nnodes: seconds the rendezvous waits for more nodes once MIN joined")
       ->capture_default_str()
@@ -136,6 +140,8 @@ int run_launch(const LaunchArgs& given) {
   o.grace_period_s = seconds_flag(a.grace_period, "--grace-period", 0, elastic::kMaxGracePeriodSeconds);
   o.heartbeat_timeout_s =
       seconds_flag(a.heartbeat_timeout, "--heartbeat-timeout", 0, elastic::kMaxHeartbeatTimeoutSeconds);
+  o.store_timeout_s = seconds_flag(a.store_timeout, "--store-timeout", elastic::kMinStoreTimeoutSeconds,
+                                   elastic::kMaxStoreTimeoutSeconds);
   o.rdzv_last_call_s = seconds_flag(a.rdzv_last_call, "--rdzv-last-call", 0, elastic::kMaxLastCallSeconds);
   o.agent_port = a.agent_port;
   o.agent_host = a.agent_host;

@@ -26,6 +26,7 @@ struct LaunchArgs {
   std::string join_timeout;  // seconds; empty: GRADMESH_COMM_TIMEOUT
   std::string grace_period = "10";  // seconds
   std::string heartbeat_timeout = "60";  // seconds; 0 = off
+  std::string store_timeout = "60";      // seconds the store may stay unreachable
   std::string rdzv_last_call = "5";      // seconds
   bool standalone = false;
   int agent_port = -1;

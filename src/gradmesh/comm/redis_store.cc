@@ -8,9 +8,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
+#include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
 namespace {
@@ -90,15 +93,17 @@ void RedisStore::ContextDeleter::operator()(redisContext* context) const { redis
 void RedisStore::ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
 RedisStore::RedisStore(std::string host, int port, std::string password, int db, Millis connect_timeout,
-                       std::string user)
+                       std::string user, Millis retry_window)
     : host_(std::move(host)),
       port_(port),
       password_(std::move(password)),
       db_(db),
       connect_timeout_(std::max(connect_timeout, Millis{1})),
-      user_(std::move(user)) {
-  std::lock_guard<std::mutex> lock(mu_);
-  connect_locked();
+      user_(std::move(user)),
+      retry_window_(std::max(retry_window, Millis{0})) {
+  // Connects now, so a bad endpoint or password fails here rather than at the
+  // first rendezvous (a server that is down is waited for within the window).
+  run({"PING"}, "");
 }
 
 RedisStore::~RedisStore() = default;
@@ -107,9 +112,11 @@ std::string RedisStore::describe() const { return describe_redis(host_, port_, d
 
 void RedisStore::connect_locked() {
   context_.reset();
+  transient_ = false;
   std::unique_ptr<redisContext, ContextDeleter> context(
       redisConnectWithTimeout(host_.c_str(), port_, to_timeval(connect_timeout_)));
   if (!context) throw_error(ErrorKind::kComm, "cannot connect to " + describe(), "out of memory");
+  transient_ = context->err != 0;
   if (context->err)
     throw_error(ErrorKind::kComm, "cannot connect to " + describe(),
                 std::string(context->errstr) + "; is redis-server running and reachable at this address?");
@@ -134,6 +141,12 @@ void RedisStore::connect_locked() {
     }
   }
   Reply ping = run_locked({"PING"}, "");
+  // A server still loading its data set answers LOADING: it will serve soon.
+  if (ping->type == REDIS_REPLY_ERROR && starts_with(reply_text(*ping), "LOADING")) {
+    context_.reset();
+    transient_ = true;
+    throw_error(ErrorKind::kComm, describe(), "the server is loading its data set (" + reply_text(*ping) + ")");
+  }
   if (ping->type == REDIS_REPLY_ERROR) {
     std::string text = reply_text(*ping);
     context_.reset();
@@ -174,6 +187,7 @@ RedisStore::Reply RedisStore::run_locked(const std::vector<std::string>& args, c
   bool timed_out = context_->err == REDIS_ERR_IO && (why == std::strerror(EAGAIN) || why == std::strerror(EWOULDBLOCK));
   bool garbled = context_->err == REDIS_ERR_PROTOCOL;
   context_.reset();
+  transient_ = !garbled;
   std::string what = args[0] + (key.empty() ? "" : " '" + printable_key(key) + "'");
   if (garbled)
     throw_error(ErrorKind::kComm, describe(),
@@ -188,10 +202,36 @@ RedisStore::Reply RedisStore::run_locked(const std::vector<std::string>& args, c
               "connection lost during " + what + ": " + why + "; is redis-server still running?");
 }
 
-RedisStore::Reply RedisStore::run(const std::vector<std::string>& args, const std::string& key) {
+RedisStore::Reply RedisStore::run(const std::vector<std::string>& args, const std::string& key, bool repeatable) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!context_) connect_locked();
-  return run_locked(args, key);
+  const auto started = std::chrono::steady_clock::now();
+  Millis backoff{50};
+  bool warned = false;
+  for (;;) {
+    bool sent = false;
+    try {
+      if (!context_) connect_locked();
+      sent = true;
+      Reply reply = run_locked(args, key);
+      if (warned)
+        log_warn(describe() + " is reachable again after " +
+                 seconds_text(std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - started)));
+      return reply;
+    } catch (const Error& e) {
+      const auto waited = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - started);
+      const bool retry = transient_ && (repeatable || !sent) && retry_window_.count() > 0;
+      if (!retry) throw;
+      if (waited + backoff > retry_window_)
+        throw_error(ErrorKind::kComm, describe(),
+                    "unreachable for " + seconds_text(waited) + " (the store timeout is " +
+                        seconds_text(retry_window_) + "): " + e.what());
+      if (!warned)
+        log_warn(std::string(e.what()) + "; reconnecting for up to " + seconds_text(retry_window_));
+      warned = true;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, Millis{1000});
+  }
 }
 
 void RedisStore::throw_unexpected(const redisReply& reply, const std::string& command, const std::string& key) const {
@@ -220,7 +260,7 @@ std::string RedisStore::get(const std::string& key, Millis timeout) {
 }
 
 int64_t RedisStore::add(const std::string& key, int64_t delta) {
-  Reply reply = run({"INCRBY", key, std::to_string(delta)}, key);
+  Reply reply = run({"INCRBY", key, std::to_string(delta)}, key, /*repeatable=*/false);
   if (reply->type == REDIS_REPLY_INTEGER) return reply->integer;
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string text = reply_text(*reply);

@@ -36,7 +36,7 @@ bool PrefixStore::remove(const std::string& key) { return inner_->remove(full(ke
 
 std::string PrefixStore::describe() const { return inner_->describe() + " (keys under '" + prefix_ + "/')"; }
 
-std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout) {
+std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout, std::optional<Millis> retry_window) {
   StoreEndpoint parsed = parse_store_endpoint(endpoint);
   if (parsed.scheme == StoreEndpoint::Scheme::kFile) return std::make_shared<FileStore>(parsed.path);
   // A file or the environment keeps the password out of process listings
@@ -45,7 +45,8 @@ std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_ti
   const std::string password_file = env_string("GRADMESH_REDIS_PASSWORD_FILE");
   if (password.empty() && !password_file.empty())
     password = read_secret_file(password_file, "GRADMESH_REDIS_PASSWORD_FILE");
-  return std::make_shared<RedisStore>(parsed.host, parsed.port, password, parsed.db, connect_timeout, parsed.user);
+  return std::make_shared<RedisStore>(parsed.host, parsed.port, password, parsed.db, connect_timeout, parsed.user,
+                                      retry_window.value_or(env_store_timeout()));
 }
 
 }  // namespace gradmesh::comm

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ class PrefixStore : public Store {
 //   file:///abs/dir                        FileStore in that directory (created if missing)
 //   redis://[:password@]host:port[/db]     RedisStore (the password may also come from GRADMESH_REDIS_PASSWORD)
 // A malformed endpoint is Error(kUsage) saying what was expected.
-std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout = Millis{10'000});
+// `retry_window`: how long a call keeps reconnecting to an unreachable server
+// before it fails (store sessions survive a dropped connection or a restarted
+// server); empty = GRADMESH_STORE_TIMEOUT (60 s), 0 = fail at once.
+std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout = Millis{10'000},
+                                  std::optional<Millis> retry_window = std::nullopt);
 
 }  // namespace gradmesh::comm

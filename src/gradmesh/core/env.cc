@@ -26,6 +26,7 @@ const std::vector<EnvVar>& env_registry() {
       {"GRADMESH_REDIS_PASSWORD_FILE", "", "A file holding the Redis AUTH password, read when neither the endpoint nor GRADMESH_REDIS_PASSWORD carries one: keeps it out of process listings and environment dumps (a mounted Kubernetes Secret). Trailing whitespace is ignored."},
       {"GRADMESH_BACKEND", "auto", "Process-group backend: auto, shm, gloo, hier or mpi. auto: mpi under mpirun/srun (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK set); else shm when every rank is on this host (LOCAL_WORLD_SIZE, default WORLD_SIZE, equals WORLD_SIZE); else hier when this host runs more than one rank, gloo when it runs one."},
       {"GRADMESH_COMM_TIMEOUT", "300", "Seconds any collective or store wait may block before it fails naming the missing ranks: a number from 0.001 to 604800 (7 days), fractions allowed (0.5). Also the default of `gradmesh launch --join-timeout`."},
+      {"GRADMESH_STORE_TIMEOUT", "60", "Seconds a store client (launcher, worker, heartbeat, dashboard feed) keeps reconnecting to an unreachable Redis store before it fails naming the store: a number from 1 to 3600. Set by `gradmesh launch --store-timeout` for its workers."},
       {"GRADMESH_COMM_CHECK", "0", "1: fingerprint every collective (sequence, op, dtype, count, root) across ranks and fail at the first mismatch, naming both calls."},
       {"GRADMESH_GLOO_LAZY", "auto", "gloo: 1 connects each pair of ranks only when an operation first needs it (a ring needs 2 peers, halving-doubling and the barrier about log2 N), 0 connects every pair at start-up; auto: lazily in groups of more than 32 ranks, where a full mesh runs a host out of ports. Lazily, the first send/recv between two ranks is held back (posting returns at once) until the peer posts one for this rank."},
       {"GRADMESH_HOSTNAME", "", "Address TCP backends listen on and other hosts reach this one at. Empty: MASTER_ADDR if it is an address of this host, else this host's address on the route to MASTER_ADDR, else the host name."},
@@ -68,6 +69,12 @@ std::optional<int64_t> env_int(const char* name, int64_t min, int64_t max) {
 std::chrono::milliseconds env_comm_timeout() {
   const double seconds = parse_double(env_string("GRADMESH_COMM_TIMEOUT"), "environment variable GRADMESH_COMM_TIMEOUT",
                                       kMinCommTimeoutSeconds, kMaxCommTimeoutSeconds, ErrorKind::kUsage);
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+std::chrono::milliseconds env_store_timeout() {
+  const double seconds = parse_double(env_string("GRADMESH_STORE_TIMEOUT"), "environment variable GRADMESH_STORE_TIMEOUT",
+                                      1, 3600, ErrorKind::kUsage);
   return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 

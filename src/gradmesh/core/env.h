@@ -37,6 +37,9 @@ std::optional<int64_t> env_int(const char* name, int64_t min, int64_t max);
 inline constexpr double kMinCommTimeoutSeconds = 0.001;  // a millisecond, the unit timeouts are kept in
 inline constexpr double kMaxCommTimeoutSeconds = 7 * 24 * 3600;  // a week: longer is a typo, not a timeout
 std::chrono::milliseconds env_comm_timeout();
+// GRADMESH_STORE_TIMEOUT: how long a store client reconnects before it fails
+// (1 to 3600 s; a malformed value is Error(kUsage) naming the variable).
+std::chrono::milliseconds env_store_timeout();
 
 // The registry as a Markdown table (docs/env.md).
 std::string env_markdown();

@@ -30,8 +30,15 @@ std::vector<HungWorker> HeartbeatMonitor::poll(const std::vector<WatchedWorker>&
     try {
       value = read(w, current_generation);
     } catch (const Error& e) {
-      log_warn("cannot read the heartbeat of rank " + std::to_string(w.rank) + ": " + e.what());
-      continue;  // the store's trouble, not the worker's: judge it at the next poll
+      if (!store_unreadable_) log_warn("cannot read the heartbeat of rank " + std::to_string(w.rank) + ": " + e.what());
+      store_unreadable_ = true;
+      return {};  // the store's trouble, not the workers': judge them once it answers again
+    }
+    if (store_unreadable_) {
+      // The heartbeats went on while they could not be read (and a restarted
+      // store may have lost them until the next beat): the silence is not theirs.
+      store_unreadable_ = false;
+      for (auto& [rank, seen] : seen_) seen.changed = seen.progressed = now;
     }
     const auto existing = seen_.find(w.rank);
     if (!value) {

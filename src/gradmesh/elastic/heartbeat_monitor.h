@@ -67,6 +67,7 @@ class HeartbeatMonitor {
   std::chrono::milliseconds timeout_;
   std::map<int, Seen> seen_;
   int64_t last_step_ = -1;
+  bool store_unreadable_ = false;  // the last poll could not read the store
 };
 
 // "rank 1 (pid 77) made no progress for 5.0 s (last step 123; heartbeat stopped)", one or several ranks.

@@ -132,6 +132,10 @@ void validate_launch_options(const LaunchOptions& o) {
     throw_error(ErrorKind::kUsage, "--heartbeat-timeout",
                 "expected seconds " + double_range_text(0, kMaxHeartbeatTimeoutSeconds) + " (0 = off), got " +
                     std::to_string(o.heartbeat_timeout_s));
+  if (!(o.store_timeout_s >= kMinStoreTimeoutSeconds && o.store_timeout_s <= kMaxStoreTimeoutSeconds))
+    throw_error(ErrorKind::kUsage, "--store-timeout",
+                "expected seconds " + double_range_text(kMinStoreTimeoutSeconds, kMaxStoreTimeoutSeconds) +
+                    ", got " + std::to_string(o.store_timeout_s));
   if (!(o.rdzv_last_call_s >= 0 && o.rdzv_last_call_s <= kMaxLastCallSeconds))
     throw_error(ErrorKind::kUsage, "--rdzv-last-call",
                 "expected seconds " + double_range_text(0, kMaxLastCallSeconds) + ", got " +

@@ -28,6 +28,10 @@ struct LaunchOptions {
   double grace_period_s = 10;   // SIGTERM (or the forwarded signal) -> SIGKILL delay (<= kMaxGracePeriodSeconds)
   double heartbeat_timeout_s = 60;  // a worker without heartbeat change or progress this long is hung; 0 = off
   double rdzv_last_call_s = 5;      // elastic: close the rendezvous once MIN joined and no node came this long
+  // How long the store may stay unreachable: shorter outages are waited out by
+  // every store client (GRADMESH_STORE_TIMEOUT for the workers), a longer one
+  // fails every node naming the store.
+  double store_timeout_s = 60;
   std::vector<std::string> command;  // the worker program and its arguments
   // Exit 0, not 128 + N, when signal N stopped the job and every worker
   // exited 0 (gradmesh serve --nproc: SIGTERM drains the server).
@@ -55,6 +59,8 @@ inline constexpr double kMaxGracePeriodSeconds = 3600;
 
 inline constexpr double kMaxHeartbeatTimeoutSeconds = kMaxCommTimeoutSeconds;
 inline constexpr double kMaxLastCallSeconds = 3600;
+inline constexpr double kMinStoreTimeoutSeconds = 1;
+inline constexpr double kMaxStoreTimeoutSeconds = 3600;
 
 // "N" (MIN = MAX = N) or torchrun's elastic "MIN:MAX" with 1 <= MIN <= MAX.
 // Anything else is Error(kUsage) naming --nnodes.

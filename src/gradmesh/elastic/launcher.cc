@@ -13,6 +13,7 @@
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
+#include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/secret.h"
 #include "gradmesh/core/http_listen.h"
 #include "gradmesh/elastic/agent_http.h"
@@ -101,7 +102,9 @@ LaunchContext resolve(const LaunchOptions& o, OwnedStoreDir& owned) {
     const std::string configured = env_string("GRADMESH_HOSTNAME");
     ctx.master_addr = configured.empty() ? host : configured;
   }
-  ctx.base_env = current_environment();
+  // The workers' store clients wait out an outage as long as the launchers do.
+  ctx.base_env = merge_environment(current_environment(),
+                                   {{"GRADMESH_STORE_TIMEOUT", std::to_string(o.store_timeout_s)}});
   return ctx;
 }
 
@@ -112,7 +115,7 @@ void check_interrupt(SignalRelay& relay) {
     if (SignalRelay::is_stop_signal(sig)) throw Interrupted{sig};
 }
 
-std::optional<RankAssignment> rendezvous(const LaunchContext& ctx, comm::Store& agent_store, SignalRelay& relay) {
+RendezvousRequest rendezvous_request(const LaunchContext& ctx, SignalRelay& relay) {
   const LaunchOptions& o = ctx.options;
   RendezvousRequest req;
   req.nnodes = o.nnodes;
@@ -126,7 +129,7 @@ std::optional<RankAssignment> rendezvous(const LaunchContext& ctx, comm::Store& 
   req.run_label = "rendezvous of run '" + ctx.run_id + "' at " + comm::redact_endpoint(ctx.endpoint);
   req.join_timeout = millis(o.join_timeout_s);
   req.check_interrupt = [&relay] { check_interrupt(relay); };
-  return try_join_rendezvous(agent_store, req);
+  return req;
 }
 
 WorkerCommand worker_command(const LaunchContext& ctx, const RankAssignment& a, int local, int generation,
@@ -150,24 +153,32 @@ std::string generation_prefix(const LaunchContext& ctx, int generation) {
 // Where a launcher starting now joins: the newest generation whose
 // rendezvous has begun (a node that comes back after a loss joins the
 // survivors' generation, not the one it left).
-int starting_generation(const LaunchContext& ctx, comm::Store& store) {
+bool generation_begun(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store, int generation) {
+  comm::PrefixStore agent(store, generation_prefix(ctx, generation) + "/agent");
+  return rendezvous_begun(agent);
+}
+
+int starting_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store) {
   // Not read_current_generation: its fallback is the worker's GRADMESH_GENERATION,
   // which a launcher started from inside another job would inherit.
-  int generation = store.check({ctx.run_id + "/generation"}) ? read_current_generation(store, ctx.run_id) : 0;
-  while (store.check({generation_prefix(ctx, generation + 1) + "/agent/node_counter"})) ++generation;
+  int generation = store->check({ctx.run_id + "/generation"}) ? read_current_generation(*store, ctx.run_id) : 0;
+  while (generation_begun(ctx, store, generation + 1)) ++generation;
   return generation;
 }
 
-// A node too late for `generation` waits for the next one to begin (a
-// restart), or for the run to finish. Returns false when it finished.
-bool wait_for_next_generation(const LaunchContext& ctx, comm::Store& store, int generation, SignalRelay& relay) {
+// A node that cannot be part of `generation` (too late, or its rank's dead
+// predecessor's generation runs) waits for the next one to begin (a restart),
+// or for the run to end. Returns the run's exit code when it ended first.
+std::optional<int> wait_for_next_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store,
+                                            int generation, SignalRelay& relay) {
   say("the rendezvous of generation " + std::to_string(generation) + " of run '" + ctx.run_id +
       "' closed before this node joined; waiting to join at the next restart");
-  const std::string next = generation_prefix(ctx, generation + 1) + "/agent/node_counter";
+  const std::string finished = ctx.run_id + "/finished";
   for (;;) {
     check_interrupt(relay);
-    if (store.check({next})) return true;
-    if (store.check({ctx.run_id + "/finished"})) return false;
+    if (generation_begun(ctx, store, generation + 1)) return std::nullopt;
+    if (store->check({finished}))
+      return static_cast<int>(try_parse_int(store->get(finished, Millis{5000}), 0, 255).value_or(1));
     std::this_thread::sleep_for(Millis{200});
   }
 }
@@ -180,12 +191,17 @@ std::string rank_range(const RankAssignment& a) {
 
 // One generation: rendezvous, start, supervise until every worker exited.
 // nullopt: this node came too late for the generation.
+// `store` waits out an outage (its calls reconnect for --store-timeout);
+// `watch_store` fails fast, for the supervisor's polls (see supervisor.h).
 std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::shared_ptr<comm::Store>& store,
-                                           int generation, SignalRelay& relay, RestartBudget& budget,
-                                           AgentStatus& status) {
+                                           const std::shared_ptr<comm::Store>& watch_store, int generation,
+                                           SignalRelay& relay, RestartBudget& budget, AgentStatus& status) {
   status.rendezvous(generation);
-  const auto agent_store = std::make_shared<comm::PrefixStore>(store, generation_prefix(ctx, generation) + "/agent");
-  const std::optional<RankAssignment> joined = rendezvous(ctx, *agent_store, relay);
+  const std::string agent_prefix = generation_prefix(ctx, generation) + "/agent";
+  const auto agent_store = std::make_shared<comm::PrefixStore>(store, agent_prefix);
+  const auto agent_watch = std::make_shared<comm::PrefixStore>(watch_store, agent_prefix);
+  const RendezvousRequest request = rendezvous_request(ctx, relay);
+  const std::optional<RankAssignment> joined = try_join_rendezvous(*agent_store, request);
   if (!joined) return std::nullopt;
   const RankAssignment a = *joined;
   write_current_generation(*store, ctx.run_id, generation);
@@ -201,8 +217,13 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
   settings.nnodes = a.nnodes;
   settings.min_nnodes = ctx.options.min_nnodes;
   settings.grace_period = millis(ctx.options.grace_period_s);
-  settings.peers = ctx.options.nnodes > 1 ? agent_store.get() : nullptr;
-  settings.store = store.get();
+  settings.peers = ctx.options.nnodes > 1 ? agent_watch.get() : nullptr;
+  settings.store = watch_store.get();
+  settings.store_timeout = millis(ctx.options.store_timeout_s);
+  settings.republish = [&ctx, &watch_store, agent_watch, request, a, generation] {
+    if (republish_membership(*agent_watch, request, a))
+      watch_store->compare_set(ctx.run_id + "/generation", "", std::to_string(generation));
+  };
   settings.run_id = ctx.run_id;
   settings.generation = generation;
   settings.heartbeat_timeout = millis(ctx.options.heartbeat_timeout_s);
@@ -212,6 +233,16 @@ std::optional<GroupOutcome> run_generation(const LaunchContext& ctx, const std::
   settings.budget = &budget;
   settings.replacement_command = [&ctx, a](int local, int g) { return worker_command(ctx, a, local, g, true); };
   return supervise(group, relay, settings);
+}
+
+// A run id whose run already ended names an old run, not this one: joining it
+// would wait for generations that never come, or claim its outcome.
+void refuse_ended_run(const LaunchContext& ctx, comm::Store& store) {
+  const std::string key = ctx.run_id + "/finished";
+  if (!store.check({key})) return;
+  throw_error(ErrorKind::kUsage, "--rdzv-id " + ctx.run_id,
+              "run '" + ctx.run_id + "' in " + comm::redact_endpoint(ctx.endpoint) + " already ended (exit code " +
+                  store.get(key, Millis{5000}) + "); use a fresh --rdzv-id for a new run");
 }
 
 // Tells nodes waiting to join a later generation that none will come.
@@ -296,21 +327,24 @@ int run_launcher(const LaunchOptions& options) {
     endpoints = start_agent_endpoints(options, status, feed);
     dashboard = start_dashboard(options, status, feed);
   }
-  const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint);
+  const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint, Millis{10'000}, millis(options.store_timeout_s));
+  const std::shared_ptr<comm::Store> watch_store = comm::open_store(ctx.endpoint, Millis{2000}, Millis{0});
   SignalRelay relay;
   RestartBudget budget(store, ctx.run_id, options.max_restarts);
   const auto finish = [&](int code, const std::string& message) {
     status->finished(code, message);
     return code;
   };
-  for (int generation = starting_generation(ctx, *store);;) {
+  refuse_ended_run(ctx, *store);
+  for (int generation = starting_generation(ctx, store);;) {
     std::optional<GroupOutcome> outcome;
     try {
-      outcome = run_generation(ctx, store, generation, relay, budget, *status);
+      outcome = run_generation(ctx, store, watch_store, generation, relay, budget, *status);
       if (!outcome) {
-        if (!wait_for_next_generation(ctx, *store, generation, relay)) {
-          say("run '" + ctx.run_id + "' finished before this node could join");
-          return finish(0, "the run finished before this node could join");
+        if (const std::optional<int> ended = wait_for_next_generation(ctx, store, generation, relay)) {
+          const std::string how = *ended == 0 ? "finished" : "gave up with exit code " + std::to_string(*ended);
+          say("run '" + ctx.run_id + "' " + how + " before this node could join");
+          return finish(*ended, "the run " + how + " before this node could join");
         }
         ++generation;
         continue;

@@ -97,7 +97,9 @@ void MetricsFeed::poll() {
 }
 
 void MetricsFeed::read_published_path() {
-  if (!store_) store_ = comm::open_store(endpoint_);
+  // Fails fast: the feed asks again at its next poll, and a call waiting out
+  // an outage would hold up the launcher's exit.
+  if (!store_) store_ = comm::open_store(endpoint_, std::chrono::milliseconds{2000}, std::chrono::milliseconds{0});
   const std::string key = metrics_path_key(run_id_);
   if (store_->check({key})) {
     const std::string path = store_->get(key, std::chrono::milliseconds(1000));

@@ -6,6 +6,7 @@
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/text_format.h"
+#include "gradmesh/elastic/rank_assignment.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -14,12 +15,16 @@ using Millis = std::chrono::milliseconds;
 constexpr const char* kFailureKey = "failure";
 constexpr const char* kRecordKey = "failure_record";
 
-std::string alive_key(int node) { return "alive/" + std::to_string(node); }
-
 }  // namespace
 
-PeerWatch::PeerWatch(comm::Store& agent, int node_rank, int nnodes, Millis lost_after)
-    : agent_(agent), node_rank_(node_rank), nnodes_(nnodes), lost_after_(lost_after) {}
+PeerWatch::PeerWatch(comm::Store& agent, int node_rank, int nnodes, Millis lost_after, Millis store_timeout,
+                     std::function<void()> keep_published)
+    : agent_(agent),
+      node_rank_(node_rank),
+      nnodes_(nnodes),
+      lost_after_(lost_after),
+      store_timeout_(store_timeout),
+      keep_published_(std::move(keep_published)) {}
 
 void PeerWatch::publish_failure(int exit_code, const std::string& reason, const std::string& record_json) {
   const std::string value = std::to_string(exit_code) + "\n" + reason;
@@ -50,8 +55,8 @@ std::optional<PeerFailure> PeerWatch::published_failure() {
 std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
   if (lost_after_.count() <= 0) return std::nullopt;
   for (int node = 0; node < nnodes_; ++node) {
-    if (node == node_rank_ || forgotten_.count(node) || !agent_.check({alive_key(node)})) continue;  // not supervising yet
-    const std::string value = agent_.get(alive_key(node), Millis{1000});
+    if (node == node_rank_ || forgotten_.count(node) || !agent_.check({node_alive_key(node)})) continue;  // not supervising yet
+    const std::string value = agent_.get(node_alive_key(node), Millis{1000});
     auto [it, first] = seen_.try_emplace(node, Seen{value, now});
     if (!first && it->second.value != value) it->second = Seen{value, now};
     if (now - it->second.changed < lost_after_) continue;
@@ -66,16 +71,39 @@ std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
 }
 
 std::optional<PeerFailure> PeerWatch::poll(Clock::time_point now) {
-  if (broken_) return std::nullopt;
   try {
-    agent_.set(alive_key(node_rank_), std::to_string(++beats_));
+    agent_.set(node_alive_key(node_rank_), std::to_string(++beats_));
+    if (outage_since_) store_back(now);
+    if (keep_published_) keep_published_();
     if (std::optional<PeerFailure> f = published_failure()) return f;
     return lost_node(now);
   } catch (const Error& e) {
-    log_warn(std::string("cannot watch the other nodes through the store any more: ") + e.what());
-    broken_ = true;
-    return std::nullopt;
+    return store_trouble(e.what(), now);
   }
+}
+
+std::optional<PeerFailure> PeerWatch::store_trouble(const std::string& why, Clock::time_point now) {
+  if (!outage_since_) {
+    outage_since_ = now;
+    log_warn("cannot reach the store to watch the other nodes (" + why + "); retrying, and giving up after " +
+             seconds_text(store_timeout_) + " (--store-timeout)");
+  }
+  const auto down = std::chrono::duration_cast<Millis>(now - *outage_since_);
+  if (down < store_timeout_) return std::nullopt;
+  PeerFailure f;
+  f.store_lost = true;
+  f.reason = "the store " + agent_.describe() + " was unreachable for " + seconds_text(down) +
+             " (--store-timeout " + seconds_text(store_timeout_) + "); last error: " + why;
+  return f;
+}
+
+void PeerWatch::store_back(Clock::time_point now) {
+  log_warn("the store " + agent_.describe() + " answers again after " +
+           seconds_text(std::chrono::duration_cast<Millis>(now - *outage_since_)) +
+           "; watching the other nodes again");
+  outage_since_.reset();
+  // Nobody's silence during the outage counts: this node could not see it.
+  for (auto& [node, seen] : seen_) seen.changed = now;
 }
 
 }  // namespace gradmesh::elastic

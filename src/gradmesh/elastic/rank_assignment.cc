@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,10 +11,13 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/text_format.h"
 
@@ -35,7 +39,62 @@ bool is_elastic(const RendezvousRequest& req) { return req.min_nnodes > 0 && req
 // The node count the rendezvous closed with; nullopt while it is open.
 std::optional<int> closed_count(comm::Store& store, const RendezvousRequest& req);
 
-// -1: too late for this generation (elastic only).
+// "<host> pid <pid>" -> (host, pid); pid -1 when the label has another shape.
+std::pair<std::string, int64_t> parse_label(const std::string& label) {
+  const size_t at = label.rfind(" pid ");
+  if (at == std::string::npos) return {label, -1};
+  return {label.substr(0, at), try_parse_int(std::string_view(label).substr(at + 5), 1, 1 << 30).value_or(-1)};
+}
+
+// Whether the launcher that claimed `rank` as `owner` still runs: its process
+// (when it ran on this host), else its keep-alive within kOwnerSilence.
+bool owner_alive(comm::Store& store, int rank, const std::string& owner, const RendezvousRequest& req) {
+  const auto [host, pid] = parse_label(owner);
+  if (pid > 0 && host == parse_label(req.node_label).first) return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  const std::string key = node_alive_key(rank);
+  const auto read = [&] { return store.check({key}) ? store.get(key, Millis{1000}) : std::string(); };
+  const std::string first = read();
+  for (const Clock::time_point deadline = Clock::now() + kOwnerSilence; Clock::now() < deadline;) {
+    if (req.check_interrupt) req.check_interrupt();
+    std::this_thread::sleep_for(kPollSlice / 2);
+    if (read() != first) return true;
+  }
+  return false;
+}
+
+bool all_nodes_joined(comm::Store& store, const RendezvousRequest& req) {
+  std::vector<std::string> keys;
+  for (int node = 0; node < req.nnodes; ++node) keys.push_back(nproc_key(node));
+  return store.check(keys);
+}
+
+// An explicit rank already owned by `owner`: a live duplicate is refused; a
+// dead predecessor's rank is taken over while the rendezvous is open, else
+// (its generation runs without it) the node waits for the next one (-1).
+int reclaim_node_rank(comm::Store& store, const RendezvousRequest& req, int rank, const std::string& owner) {
+  if (owner_alive(store, rank, owner, req))
+    throw_error(ErrorKind::kUsage, req.run_label,
+                "node rank " + std::to_string(rank) + " is already taken by " + owner +
+                    ", which is still running; this launcher is " + req.node_label +
+                    ". Give each launcher a distinct --node-rank from 0 to " + std::to_string(req.nnodes - 1) +
+                    ", or leave --node-rank out on every node so the store assigns ranks (do not mix the two). "
+                    "A store left over from an earlier run with this id does the same: use a fresh --rdzv-id");
+  if (all_nodes_joined(store, req)) {
+    log_warn("node rank " + std::to_string(rank) + "'s previous launcher (" + owner +
+             ") is gone and its generation runs without it; waiting for the other nodes to restart");
+    return -1;
+  }
+  const std::string now_owner = store.compare_set(owner_key(rank), owner, req.node_label);
+  if (now_owner != req.node_label)
+    throw_error(ErrorKind::kUsage, req.run_label,
+                "node rank " + std::to_string(rank) + " was just taken by " + now_owner + "; this launcher is " +
+                    req.node_label);
+  log_warn("node rank " + std::to_string(rank) + " taken over from its previous launcher (" + owner + "), which is gone");
+  return rank;
+}
+
+// -1: too late for this generation (elastic, or an explicit rank whose dead
+// owner's generation runs).
 int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
   int rank = req.node_rank;
   if (rank < 0) {
@@ -51,12 +110,7 @@ int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
     rank = static_cast<int>(joined - 1);
   }
   const std::string owner = store.compare_set(owner_key(rank), "", req.node_label);
-  if (owner != req.node_label)
-    throw_error(ErrorKind::kUsage, req.run_label,
-                "node rank " + std::to_string(rank) + " is already taken by " + owner +
-                    "; give each launcher a distinct --node-rank from 0 to " + std::to_string(req.nnodes - 1) +
-                    ", or leave --node-rank out on every node so the store assigns ranks (do not mix the two). "
-                    "A store left over from an earlier run with this id does the same: use a fresh --rdzv-id");
+  if (owner != req.node_label) return reclaim_node_rank(store, req, rank, owner);
   return rank;
 }
 
@@ -80,12 +134,13 @@ int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
                   "missing node(s), or raise --join-timeout");
 }
 
-void wait_for_nodes(comm::Store& store, const RendezvousRequest& req) {
+void wait_for_nodes(comm::Store& store, const RendezvousRequest& req, int node_rank) {
   std::vector<std::string> keys;
   for (int node = 0; node < req.nnodes; ++node) keys.push_back(nproc_key(node));
   const Clock::time_point deadline = Clock::now() + req.join_timeout;
   for (;;) {
     if (req.check_interrupt) req.check_interrupt();
+    store.add(node_alive_key(node_rank), 1);
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     try {
       store.wait(keys, std::clamp(left, Millis{0}, kPollSlice));
@@ -111,12 +166,13 @@ std::optional<int> closed_count(comm::Store& store, const RendezvousRequest& req
 }
 
 // Elastic: waits until the rendezvous closes and returns its node count.
-int wait_for_close(comm::Store& store, const RendezvousRequest& req) {
+int wait_for_close(comm::Store& store, const RendezvousRequest& req, int node_rank) {
   const Clock::time_point deadline = Clock::now() + req.join_timeout;
   int64_t last_count = -1;
   Clock::time_point changed = Clock::now();
   for (;;) {
     if (req.check_interrupt) req.check_interrupt();
+    store.add(node_alive_key(node_rank), 1);
     if (std::optional<int> closed = closed_count(store, req)) return *closed;
     const int64_t count = std::min<int64_t>(store.add("node_counter", 0), req.nnodes);
     const Clock::time_point now = Clock::now();
@@ -149,6 +205,7 @@ std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const Rend
   GRADMESH_CHECK(!req.master_addr.empty(), "master address must be resolved before the rendezvous");
   RankAssignment out;
   out.local_world_size = req.nproc_per_node;
+  store.set("begun", "1");
   out.node_rank = claim_node_rank(store, req);
   if (out.node_rank < 0) return std::nullopt;
   if (out.node_rank == 0) {
@@ -158,11 +215,11 @@ std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const Rend
   store.set(nproc_key(out.node_rank), std::to_string(req.nproc_per_node));
   RendezvousRequest members = req;
   if (is_elastic(req)) {
-    members.nnodes = wait_for_close(store, req);
+    members.nnodes = wait_for_close(store, req, out.node_rank);
     if (out.node_rank >= members.nnodes) return std::nullopt;  // joined just after the close
   }
   out.nnodes = members.nnodes;
-  wait_for_nodes(store, members);
+  wait_for_nodes(store, members, out.node_rank);
 
   out.rank_base = out.world_size = 0;
   for (int node = 0; node < out.nnodes; ++node) {
@@ -179,6 +236,23 @@ std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const Rend
   out.master_port = parse_positive(master.substr(colon + 1), "master", req.run_label);
   return out;
 }
+
+bool republish_membership(comm::Store& store, const RendezvousRequest& req, const RankAssignment& joined) {
+  if (store.check({nproc_key(joined.node_rank)})) return false;  // nothing lost (one round trip per call)
+  log_warn("the store lost this node's rendezvous keys (restarted without persistence?); publishing them again");
+  store.compare_set("begun", "", "1");
+  store.compare_set(owner_key(joined.node_rank), "", req.node_label);
+  if (joined.node_rank == 0)
+    store.compare_set("master", "", joined.master_addr + ":" + std::to_string(joined.master_port));
+  if (req.node_rank < 0) store.compare_set("node_counter", "", std::to_string(joined.nnodes));
+  if (is_elastic(req)) store.compare_set("closed", "", std::to_string(joined.nnodes));
+  store.compare_set(nproc_key(joined.node_rank), "", std::to_string(joined.local_world_size));
+  return true;
+}
+
+std::string node_alive_key(int node) { return "alive/" + std::to_string(node); }
+
+bool rendezvous_begun(comm::Store& agent_store) { return agent_store.check({"begun"}) || agent_store.check({"node_counter"}); }
 
 int find_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -11,9 +11,23 @@
 //   master              "<addr>:<port>", written by node 0 before node/0/nproc
 //   node/<r>/nproc      that node's worker count, written last: its presence
 //                       means node r has fully joined
+//   begun               set by every launcher as it starts to join, so a
+//                       launcher started later finds the newest generation
+//                       even when ranks are explicit (no node_counter)
+//   alive/<r>           bumped by node r while it waits (and, by its peer
+//                       watch, while its workers run): how a returning node
+//                       tells its dead predecessor from a live duplicate
 // Each node then waits until all node/<r>/nproc exist. Global ranks are
 // contiguous per node in node order: node r's local rank l is
 // sum(nproc of nodes < r) + l, so nodes may run different worker counts.
+//
+// A node that comes back with an explicit --node-rank after it was lost finds
+// its rank owned by its dead predecessor. Dead means: the owner's process is
+// gone (same host), or its alive/<r> did not change for kOwnerSilence. Then,
+// if the generation's rendezvous is still open, the returning node takes the
+// rank over (compare-and-set from the dead owner's label); if it closed (the
+// dead node's workers ran), the node waits for the survivors' next generation.
+// A live owner is a genuine duplicate: refused, naming both.
 #pragma once
 
 #include <functional>
@@ -23,6 +37,10 @@
 #include "gradmesh/comm/store.h"
 
 namespace gradmesh::elastic {
+
+// How long a rank's owner must stay silent before a returning node with the
+// same --node-rank counts it as dead (keep-alives come every 0.2-0.5 s).
+inline constexpr comm::Millis kOwnerSilence{3000};
 
 struct RankAssignment {
   int node_rank = 0;
@@ -59,9 +77,21 @@ struct RendezvousRequest {
 // a compare-and-set, and every node uses that value). A node that joins after
 // the close is not part of this generation.
 //
-// Returns nullopt for such a late node (elastic only): it should wait for the
-// next generation's rendezvous. Errors as join_rendezvous.
+// Returns nullopt for such a late node (elastic only), and for a node whose
+// explicit rank's dead owner belongs to a generation that already runs: it
+// should wait for the next generation's rendezvous. Errors as join_rendezvous.
 std::optional<RankAssignment> try_join_rendezvous(comm::Store& store, const RendezvousRequest& request);
+
+// Sets again, where the store lost them (a restarted server without
+// persistence), the keys this node wrote in the rendezvous it joined. Never
+// overwrites a value that is there. Returns whether anything was lost.
+bool republish_membership(comm::Store& store, const RendezvousRequest& request, const RankAssignment& joined);
+
+// The key node `node`'s launcher bumps while it lives (the peer watch's too).
+std::string node_alive_key(int node);
+
+// Whether a generation's rendezvous has begun (some launcher started to join it).
+bool rendezvous_begun(comm::Store& agent_store);
 
 // Joins, waits for all nodes and returns this node's assignment.
 // Errors: Error(kUsage) when the rank is taken or out of range (a stale store

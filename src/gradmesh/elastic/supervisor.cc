@@ -38,7 +38,7 @@ class Supervisor {
       : group_(group), relay_(relay), settings_(settings), generation_(settings.generation) {
     if (settings.peers != nullptr)
       peers_ = std::make_unique<PeerWatch>(*settings.peers, settings.node_rank, settings.nnodes,
-                                           settings.heartbeat_timeout);
+                                           settings.heartbeat_timeout, settings.store_timeout, settings.republish);
     if (settings.store != nullptr && settings.heartbeat_timeout.count() > 0)
       monitor_ = std::make_unique<HeartbeatMonitor>(*settings.store, settings.run_id, settings.heartbeat_timeout);
     for (const RunningWorker& w : group.running_workers()) current_rank_[w.rank] = w.rank;
@@ -60,7 +60,7 @@ class Supervisor {
   }
 
  private:
-  enum class Cause { kNone, kWorker, kHang, kSignal, kPeer };
+  enum class Cause { kNone, kWorker, kHang, kSignal, kPeer, kStore };
 
   void begin_stop(Cause cause, int sig) {
     cause_ = cause;
@@ -72,7 +72,7 @@ class Supervisor {
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
     group_.signal_all(SIGCONT);  // a stopped (SIGSTOP) worker can only act on the signal once continued
-    if (cause != Cause::kPeer && peers_ != nullptr) {
+    if (cause != Cause::kPeer && cause != Cause::kStore && peers_ != nullptr) {
       const GroupOutcome o = outcome();
       peers_->publish_failure(o.exit_code, o.record.cause, restart_record_json(o.record));
     }
@@ -209,6 +209,7 @@ class Supervisor {
     if (!failure) return;
     peer_ = *failure;
     failure_unix_ms_ = unix_millis();
+    if (peer_.store_lost) return begin_stop(Cause::kStore, SIGTERM);  // nobody can be told: every node sees it
     if (peer_.lost && try_shrink(peer_.node)) return;
     if (peer_.lost) {
       // Nobody else will tell the job: this node publishes the loss as its own failure.
@@ -305,6 +306,12 @@ class Supervisor {
                               "; every worker stopped cleanly (exit 0) within the grace period"
                         : "received " + signal_name(stop_signal_) + "; forwarded it to " +
                               workers_text(others_stopped_) + " and stopped them";
+        break;
+      case Cause::kStore:
+        o.exit_code = 1;
+        o.record = RestartRecord{generation_ + 1, -1, peer_.reason, o.exit_code, 0, 0};
+        o.message = peer_.reason + "; stopped " + workers_text(others_stopped_) + " of node " +
+                    std::to_string(settings_.node_rank);
         break;
       case Cause::kPeer:
         o.exit_code = peer_.exit_code;

@@ -10,6 +10,8 @@
 //     signal sends SIGKILL at once;
 //   - another node published a failure in the store, or stopped updating its
 //     launcher's keep-alive key for --heartbeat-timeout: SIGTERM, grace, SIGKILL;
+//   - the store stayed unreachable for --store-timeout: the same, exit 1 (a
+//     shorter outage is waited out: it neither stops nor restarts anything);
 //   - a worker's heartbeat stopped, or its progress did, for --heartbeat-timeout
 //     (elastic/heartbeat_monitor.h): it counts as that worker's failure;
 //   - with in-process recovery announced (elastic/restart_record.h) on one
@@ -48,7 +50,14 @@ struct SupervisorSettings {
   int min_nnodes = 0;  // elastic MIN (0 = nnodes): the fewest nodes an in-process shrink may leave
   std::chrono::milliseconds grace_period{10'000};
   // The generation's agent key space shared by all nodes; nullptr on one node.
+  // The supervisor's stores must fail fast (no retry window): a call that
+  // blocked while the store is down would stop output, signals and exits.
   comm::Store* peers = nullptr;
+  // How long the store may stay unreachable before this node gives up (exit 1).
+  std::chrono::milliseconds store_timeout{60'000};
+  // Re-publishes this node's rendezvous keys when the store lost them (a
+  // restarted server without persistence); run at every peer poll; may be empty.
+  std::function<void()> republish;
   // The run's store (heartbeats, recovery keys); nullptr = no heartbeat checks, no replacements.
   comm::Store* store = nullptr;
   std::string run_id;
