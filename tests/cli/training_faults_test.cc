@@ -216,6 +216,27 @@ TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {
   EXPECT_EQ(resumed[0]["step"].get<int64_t>(), stop_step);
 }
 
+// SIGTERM reaches one node only: every rank stops after the same step (the
+// stop vote) and saves, but the run did not finish, so the other node must
+// not report success: its worker exits 75, or its launcher follows node 0's
+// failure, and neither is 0.
+TEST_F(TrainingFaults, ANodeStoppedByAnotherNodesSigtermNeverExitsZero) {
+  const std::string node = "--nnodes 2 --nproc-per-node 1 --rdzv-endpoint file://" + dir_.file("store") +
+                           " --rdzv-id halt --dashboard off";
+  const std::string train = workload("halt", "--set parallel.backend=gloo");
+  const pid_t a = spawn_launcher(node + " --node-rank 0", train, dir_.path(), "node_a");
+  const pid_t b = spawn_launcher(node + " --node-rank 1", train, dir_.path(), "node_b");
+  ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/halt/checkpoints"), 50, 240s));
+  ::kill(a, SIGTERM);
+  const int code_a = wait_exit(a, 120s), code_b = wait_exit(b, 120s);
+  const std::string logs = read_text(dir_.file("node_a.err")) + read_text(dir_.file("node_b.err"));
+  EXPECT_EQ(code_a, 128 + SIGTERM) << logs;
+  EXPECT_NE(code_b, 0) << logs;
+  EXPECT_GT(code_b, 0) << logs;
+  EXPECT_FALSE(fs::exists(dir_.file("runs/halt/model.safetensors"))) << "the run did not finish";
+  EXPECT_EQ(events(dir_.file("runs/halt/metrics.jsonl"), "stopped").size(), 1u) << logs;
+}
+
 TEST_F(TrainingFaults, StoppedWorkerIsNamedAndTheJobRecovers) {
   const pid_t launcher = spawn_launch("--max-restarts 1 --heartbeat-timeout 3 --rdzv-id hang", workload("hang"),
                                       dir_.path(), "hang");
