@@ -5,8 +5,13 @@
 // naming it; a returning node rejoins; no launcher exits 0 for a run that
 // did not finish.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "comm/redis_server.h"
 #include "launcher_process.h"
@@ -123,6 +128,33 @@ TEST_F(ControlPlane, ALiveDuplicateNodeRankIsRefusedNamingBoth) {
   EXPECT_NE(second.err().find("pid " + std::to_string(second.pid())), std::string::npos) << second.err();
   first.signal(SIGTERM);
   EXPECT_EQ(first.wait(), 128 + SIGTERM);
+}
+
+// A launcher killed with SIGKILL leaves its temporary store behind; the next
+// launcher on the host removes it (and leaves a live launcher's alone).
+TEST(TemporaryStores, AKilledLaunchersStoreIsRemovedByTheNextLauncher) {
+  TempDir tmp;
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string orphan = tmp.file("gradmesh-launch-old-AAAAAA"), live = tmp.file("gradmesh-launch-live-BBBBBB");
+  for (const auto& [dir, pid] : {std::pair{orphan, gone}, std::pair{live, ::getpid()}}) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/launcher.pid") << host << " " << pid << "\n";
+  }
+  ::setenv("TMPDIR", tmp.path().c_str(), 1);
+  LauncherProcess launcher(launch_args({"--dashboard", "off"}, "exit 0"), tmp.path(), "next");
+  const int code = launcher.wait();
+  ::unsetenv("TMPDIR");
+  EXPECT_EQ(code, 0) << launcher.err();
+  EXPECT_FALSE(std::filesystem::exists(orphan)) << "the dead launcher's store is left behind";
+  EXPECT_TRUE(std::filesystem::exists(live)) << "a running launcher's store was removed";
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path()))
+    if (entry.path().filename().string().rfind("gradmesh-launch-", 0) == 0) {
+      EXPECT_EQ(entry.path().string(), live) << "the finished launcher left its store behind";
+    }
 }
 
 }  // namespace

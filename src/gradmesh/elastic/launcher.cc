@@ -1,9 +1,13 @@
 #include "gradmesh/elastic/launcher.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -69,6 +73,30 @@ std::string host_name() {
   return buf;
 }
 
+constexpr const char* kTempStorePrefix = "gradmesh-launch-";
+constexpr const char* kOwnerFile = "launcher.pid";
+
+// A launcher killed with SIGKILL cannot remove its temporary store: the next
+// launcher removes those of this user whose launcher is gone (its pid, kept
+// in the directory, no longer runs on this host).
+void remove_orphaned_stores(const std::string& host) {
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    struct stat info {};
+    if (name.rfind(kTempStorePrefix, 0) != 0 || ::lstat(entry.path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+        info.st_uid != ::geteuid())
+      continue;
+    std::ifstream in(entry.path() / kOwnerFile);
+    std::string owner_host, pid_text;
+    if (!(in >> owner_host >> pid_text) || owner_host != host) continue;
+    const std::optional<int64_t> pid = try_parse_int(pid_text, 1, 1 << 30);
+    if (!pid || ::kill(static_cast<pid_t>(*pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    fs::remove_all(entry.path(), ignored);
+  }
+}
+
 // The file store a single-node launcher uses when given no endpoint: inside
 // --log-dir when there is one (next to the logs), else a fresh temp directory.
 std::string make_default_store(const LaunchOptions& o, const std::string& run_id, OwnedStoreDir& owned) {
@@ -77,11 +105,14 @@ std::string make_default_store(const LaunchOptions& o, const std::string& run_id
     dir = fs::absolute(fs::path(o.log_dir) / "store").lexically_normal().string();
     if (!fs::exists(dir)) owned.own(dir);
   } else {
-    std::string pattern = (fs::temp_directory_path() / ("gradmesh-launch-" + run_id + "-XXXXXX")).string();
+    const std::string host = host_name();
+    remove_orphaned_stores(host);
+    std::string pattern = (fs::temp_directory_path() / (kTempStorePrefix + run_id + "-XXXXXX")).string();
     if (::mkdtemp(pattern.data()) == nullptr)
       throw_error(ErrorKind::kIo, pattern, "cannot create the launcher's store directory; set TMPDIR or --log-dir");
     dir = pattern;
     owned.own(dir);
+    std::ofstream(fs::path(dir) / kOwnerFile) << host << " " << ::getpid() << "\n";
   }
   return "file://" + dir;
 }

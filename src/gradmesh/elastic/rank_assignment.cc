@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -46,11 +47,22 @@ std::pair<std::string, int64_t> parse_label(const std::string& label) {
   return {label.substr(0, at), try_parse_int(std::string_view(label).substr(at + 5), 1, 1 << 30).value_or(-1)};
 }
 
+// Whether process `pid` of this host runs: a killed process its parent has not
+// reaped yet (a zombie) does not.
+bool process_runs(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: kill's answer stands
+  const size_t paren = line.rfind(')');  // the state follows the command name, which may hold spaces
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
 // Whether the launcher that claimed `rank` as `owner` still runs: its process
 // (when it ran on this host), else its keep-alive within kOwnerSilence.
 bool owner_alive(comm::Store& store, int rank, const std::string& owner, const RendezvousRequest& req) {
   const auto [host, pid] = parse_label(owner);
-  if (pid > 0 && host == parse_label(req.node_label).first) return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  if (pid > 0 && host == parse_label(req.node_label).first) return process_runs(static_cast<pid_t>(pid));
   const std::string key = node_alive_key(rank);
   const auto read = [&] { return store.check({key}) ? store.get(key, Millis{1000}) : std::string(); };
   const std::string first = read();

@@ -7,6 +7,7 @@
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/log.h"
 
 namespace gradmesh::obs {
 
@@ -72,6 +73,15 @@ void Progress::message(const std::string& line) {
   std::fprintf(stream_, "%s\n", line.c_str());
   bar_open_ = false;
   last_draw_ = 0;
+}
+
+void Progress::notice(const std::string& line, bool warning) {
+  if (!warning && mode_ != ProgressMode::kOff) return message(line);
+  if (bar_open_) std::fprintf(stream_, "\r\033[K");  // the log line starts on a clean line
+  bar_open_ = false;
+  last_draw_ = 0;
+  if (warning) return log_warn(line.rfind("warning: ", 0) == 0 ? line.substr(9) : line);
+  log_info(line);
 }
 
 }  // namespace gradmesh::obs

@@ -30,6 +30,10 @@ class Progress {
   void finish();
   // Prints a line of its own, keeping the bar intact below it.
   void message(const std::string& line);
+  // What a user must see whatever GRADMESH_PROGRESS says: a warning goes to
+  // the logger (WARN), another notice to the progress output, or to the
+  // logger (INFO) when progress is off.
+  void notice(const std::string& line, bool warning);
 
  private:
   std::string render(const ProgressState& s) const;

@@ -59,6 +59,10 @@ void find_run_to_continue(const Config& config, RunPlan& plan) {
 
 }  // namespace
 
+bool is_warning_note(const std::string& note) {
+  return note.starts_with("warning: ") || note.starts_with("skipped checkpoint ") || note.starts_with("not continuing ");
+}
+
 std::string checkpoints_dir_of(const Config& config, const std::string& run_dir) {
   return config.checkpoint.dir.empty() ? (fs::path(run_dir) / "checkpoints").string() : config.checkpoint.dir;
 }

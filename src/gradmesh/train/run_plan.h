@@ -39,6 +39,10 @@ struct RunPlan {
 // that does not verify, or checkpoints of which none verifies, is Error(kFormat).
 RunPlan plan_run(const Config& config, const RunOptions& options);
 
+// Whether a note of the plan is a warning (a skipped or refused checkpoint, a
+// changed config) rather than information (where the run resumes).
+bool is_warning_note(const std::string& note);
+
 // <run>/checkpoints unless checkpoint.dir says otherwise.
 std::string checkpoints_dir_of(const Config& config, const std::string& run_dir);
 

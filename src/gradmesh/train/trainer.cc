@@ -114,7 +114,8 @@ class TrainingRun {
   nn::Model& model() { return *prepared_.model; }
   void build_step_machinery();
   void open_outputs();
-  void start_from(const checkpoint::TrainerState& state, const std::string& how);
+  void start_from(const checkpoint::TrainerState& state, const std::string& how,
+                  const std::vector<std::string>& skipped = {});
   checkpoint::TrainerState current_state() const;
   // How long rank 0 waits for the other ranks' checkpoint shards: the collective timeout, or 10 minutes.
   double parts_timeout_s() const { return config_.parallel.timeout_s > 0 ? config_.parallel.timeout_s : 600; }
@@ -360,7 +361,7 @@ void TrainingRun::open_outputs() {
   summary_.world_size = world_size_;
   checkpoint::TrainerState state;
   bool resumed = false;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes, skipped;  // skipped: checkpoints that did not verify, and why
   if (options_.replacement) {
     // The survivors hold the run directory and the state; the replacement joins them.
     resilience_.hand_over(*group_, false, model(), *optimizer_, state, summary_.run_dir);
@@ -370,6 +371,7 @@ void TrainingRun::open_outputs() {
     summary_.run_dir = on_leader(world_, [&] {
       RunPlan plan = plan_run(config_, options_);
       notes = plan.notes;
+      if (plan.checkpoint) skipped = plan.checkpoint->skipped;
       loaded = std::move(plan.checkpoint);
       return create_run_dir(plan.parent, plan.id, plan.reuse);
     }, "run directory");
@@ -391,7 +393,7 @@ void TrainingRun::open_outputs() {
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
     open_metrics(resumed || options_.generation > 0);
-    for (const std::string& note : notes) progress_.message(note);
+    for (const std::string& note : notes) progress_.notice(note, is_warning_note(note));
   }
   // Under ZeRO every rank writes its optimizer shard, a split model's writers
   // their pieces, and rank 0 commits the checkpoint.
@@ -404,7 +406,7 @@ void TrainingRun::open_outputs() {
   checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
                                                     leader_ || zero_ || splits_.writes, now_seconds(), leader_,
                                                     parts_timeout_s());
-  if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint");
+  if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint", skipped);
   resilience_.started(s_.step, metrics_.get());
 }
 
@@ -430,7 +432,8 @@ std::vector<RankUsage> TrainingRun::meter_usage() {
 }
 
 // Continue where `state` says: the same step, the same place in the global sample order.
-void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::string& how) {
+void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::string& how,
+                             const std::vector<std::string>& skipped) {
   s_.step = state.step;
   s_.epoch = state.epoch;
   s_.step_in_epoch = state.step_in_epoch;
@@ -440,7 +443,8 @@ void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::s
     metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
                         .add("from", how).add("checkpoint_world_size", state.world_size)
                         .add("checkpoint_zero_stage", state.zero_stage)
-                        .add("world_size", world_size_).add("generation", resilience_.generation()));
+                        .add("world_size", world_size_).add("generation", resilience_.generation())
+                        .add("skipped_checkpoints", skipped));
 }
 
 checkpoint::TrainerState TrainingRun::current_state() const {
@@ -499,7 +503,7 @@ void TrainingRun::run_epochs() {
 // A peer died: re-form the group with its replacement, take the most advanced replica's state, go on.
 void TrainingRun::recover(const std::string& failure) {
   progress_.finish();
-  progress_.message("a peer failed (" + failure + "); recovering in process");
+  progress_.notice("a peer failed (" + failure + "); recovering in process", true);
   runner_.reset();
   reducer_.reset();
   stop_vote_.reset();
@@ -572,8 +576,9 @@ void TrainingRun::stop_here() {
   summary_.stopped = true;
   if (checkpointer_->writer() || prepared_.whole || communication_state()) save_checkpoint(true);
   progress_.finish();
-  progress_.message("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
-                    (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""));
+  progress_.notice("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
+                       (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""),
+                   false);
   if (metrics_) metrics_->write(obs::JsonObject().add("type", "stopped").add("step", s_.step).add("signal", "SIGTERM"));
 }
 
@@ -654,7 +659,7 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
     phase_totals_.add_window(ranks);
     if (const std::optional<int> slow = detector_.observe(ranks)) {
       const std::string note = "step " + std::to_string(s_.step) + ": " + detector_.describe(ranks, *slow);
-      progress_.message("warning: " + note);
+      progress_.notice("warning: " + note, true);
       obs::JsonObject event;
       event.add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note);
       if (const std::optional<Phase> phase = parallel::dominant_slow_phase(ranks, *slow))
@@ -777,6 +782,10 @@ void TrainingRun::summarize(const std::vector<RankUsage>& usage) {
     const checkpoint::CheckpointStats c = checkpointer_->stats();
     summary_.checkpoint_path = c.last_path;
     summary_.checkpoints_failed = c.failed;
+    // Training went on without them, but a resume can only start from the ones that exist.
+    if (c.failed > 0)
+      log_warn(std::to_string(c.failed) + " of " + std::to_string(c.saved + c.failed) +
+               " checkpoint saves failed; the last failure: " + c.last_error);
   }
 }
 
