@@ -12,6 +12,8 @@ packages=(
   zlib1g-dev                              # gzipped IDX files
   libxxhash-dev                           # stable hashes (store-key file names, shm segment names, collective fingerprints)
   libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
+  etcd-server etcd-client                 # replicated rendezvous store (tests start a real 3-member cluster; etcdctl to inspect it)
+  openssl                                 # the etcd TLS test's certificates
   libgloo-dev                             # TCP collectives
   libcpp-httplib-dev                      # the HTTP server of gradmesh serve
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun

@@ -1,5 +1,6 @@
 // One behavioural suite for every Store: FileStore, RedisStore (against a
-// real redis-server) and PrefixStore over a FileStore.
+// real redis-server), EtcdStore (against a real 3-member etcd cluster) and
+// PrefixStore over a FileStore.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "comm/etcd_cluster.h"
 #include "comm/redis_server.h"
+#include "gradmesh/comm/etcd_store.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/comm/store.h"
@@ -49,6 +52,24 @@ struct RedisMaker {
   std::shared_ptr<Store> open() { return std::make_shared<RedisStore>("127.0.0.1", port, password, 0, kLong); }
 };
 
+struct EtcdMaker {
+  std::vector<HostPort> members;
+  std::string set_up() {
+    if (!gradmesh::testing::etcd_installed()) return gradmesh::testing::etcd_missing_message();
+    auto& cluster = gradmesh::testing::shared_etcd_cluster();
+    cluster.ensure_running();
+    cluster.delete_all_keys();
+    members = cluster.members();
+    return "";
+  }
+  std::shared_ptr<Store> open() {
+    EtcdOptions options;
+    options.members = members;
+    options.connect_timeout = kLong;
+    return std::make_shared<EtcdStore>(options);
+  }
+};
+
 struct PrefixedFileMaker {
   FileMaker files;
   std::string set_up() { return files.set_up(); }
@@ -67,7 +88,7 @@ class StoreConformance : public ::testing::Test {
   std::shared_ptr<Store> store_;
 };
 
-using Makers = ::testing::Types<FileMaker, RedisMaker, PrefixedFileMaker>;
+using Makers = ::testing::Types<FileMaker, RedisMaker, EtcdMaker, PrefixedFileMaker>;
 TYPED_TEST_SUITE(StoreConformance, Makers);
 
 // Runs `body` and returns the Error it throws; fails the test if it does not.

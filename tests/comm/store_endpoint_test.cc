@@ -103,7 +103,7 @@ TEST(StoreEndpoint, RejectsMalformedEndpointsSayingWhatWasExpected) {
     } catch (const Error& e) {
       std::string message = e.what();
       EXPECT_EQ(e.kind(), ErrorKind::kUsage) << message;
-      EXPECT_NE(message.find("expected file:///dir or redis://[:password@]host:port[/db]"), std::string::npos)
+      EXPECT_NE(message.find("expected file:///dir, redis://[:password@]host:port[/db] or etcd://"), std::string::npos)
           << message;
       EXPECT_NE(message.find(c.explanation), std::string::npos) << c.endpoint << " -> " << message;
     }

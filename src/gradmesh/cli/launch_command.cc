@@ -59,7 +59,8 @@ CLI::App* add_launch_command(CLI::App& app, LaunchArgs& a) {
   launch->add_option("--node-rank,--node_rank", a.node_rank, "This node's rank (default: assigned in join order)")
       ->type_name("R");
   launch->add_option("--rdzv-endpoint,--rdzv_endpoint", a.rdzv_endpoint,
-                     "Store: file:///dir or redis://[:password@]host:port[/db] (default: a fresh file store)")
+                     "Store: file:///dir, redis://[:password@]host:port[/db] or etcd://h1:2379,h2:2379,h3:2379 "
+                     "(default: a fresh file store)")
       ->type_name("URL");
   launch->add_option("--rdzv-id,--rdzv_id", a.rdzv_id, "Run id, the same on every node (default: a fresh id)")
       ->type_name("ID");

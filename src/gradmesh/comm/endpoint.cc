@@ -14,7 +14,8 @@
 namespace gradmesh::comm {
 namespace {
 
-constexpr const char* kExpected = "expected file:///dir or redis://[:password@]host:port[/db]";
+constexpr const char* kExpected =
+    "expected file:///dir, redis://[:password@]host:port[/db] or etcd://[user:password@]host:port[,host:port...]";
 
 [[noreturn]] void bad_endpoint(const std::string& endpoint, const std::string& why) {
   throw_error(ErrorKind::kUsage, "rendezvous endpoint '" + redact_endpoint(endpoint) + "'",
@@ -45,22 +46,24 @@ std::string percent_decode(const std::string& endpoint, const std::string& text,
   return out;
 }
 
-void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& out) {
+// Splits "user:password@rest" into `out` and returns the rest. `example`
+// shows the accepted forms in the message for a user-info without ':'.
+std::string take_userinfo(const std::string& endpoint, std::string rest, const char* example, StoreEndpoint& out) {
   size_t at = rest.rfind('@');
-  if (at != std::string::npos) {
-    std::string userinfo = rest.substr(0, at);
-    size_t colon = userinfo.find(':');
-    if (colon == std::string::npos)
-      bad_endpoint(endpoint, "the part before '@' needs a ':' before the password (redis://:password@host "
-                             "or redis://user:password@host)");
-    out.user = percent_decode(endpoint, userinfo.substr(0, colon), "user name");
-    out.password = percent_decode(endpoint, userinfo.substr(colon + 1), "password");
-    rest = rest.substr(at + 1);
-  }
-  if (rest.find_first_of("?#") != std::string::npos) bad_endpoint(endpoint, "query parameters are not supported");
-  size_t slash = rest.find('/');
-  std::string authority = rest.substr(0, slash);
-  std::string db = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  if (at == std::string::npos) return rest;
+  std::string userinfo = rest.substr(0, at);
+  size_t colon = userinfo.find(':');
+  if (colon == std::string::npos)
+    bad_endpoint(endpoint, std::string("the part before '@' needs a ':' before the password (") + example + ")");
+  out.user = percent_decode(endpoint, userinfo.substr(0, colon), "user name");
+  out.password = percent_decode(endpoint, userinfo.substr(colon + 1), "password");
+  return rest.substr(at + 1);
+}
+
+// "host", "host:port", "[v6]" or "[v6]:port"; `scheme` only for messages.
+HostPort parse_authority(const std::string& endpoint, const std::string& authority, int default_port,
+                         const char* scheme) {
+  HostPort out{"", default_port};
   std::string port;
   bool has_port = false;
   if (!authority.empty() && authority[0] == '[') {
@@ -74,7 +77,8 @@ void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& o
   } else {
     size_t colon = authority.find(':');
     if (colon != std::string::npos && authority.find(':', colon + 1) != std::string::npos)
-      bad_endpoint(endpoint, "write IPv6 addresses in brackets: redis://[::1]:6379");
+      bad_endpoint(endpoint, std::string("write IPv6 addresses in brackets: ") + scheme + "://[::1]:" +
+                                 std::to_string(default_port));
     out.host = authority.substr(0, colon);
     has_port = colon != std::string::npos;
     if (has_port) port = authority.substr(colon + 1);
@@ -85,6 +89,18 @@ void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& o
     if (!number) bad_endpoint(endpoint, "port '" + port + "' is not a number in 1..65535");
     out.port = static_cast<int>(*number);
   }
+  return out;
+}
+
+void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& out) {
+  rest = take_userinfo(endpoint, rest, "redis://:password@host or redis://user:password@host", out);
+  if (rest.find_first_of("?#") != std::string::npos) bad_endpoint(endpoint, "query parameters are not supported");
+  size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  std::string db = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  const HostPort address = parse_authority(endpoint, authority, 6379, "redis");
+  out.host = address.host;
+  out.port = address.port;
   if (!db.empty()) {
     const std::optional<int64_t> number = try_parse_int(db, 0, std::numeric_limits<int>::max());
     if (!number) bad_endpoint(endpoint, "database '" + db + "' is not a non-negative integer");
@@ -92,15 +108,69 @@ void parse_redis(const std::string& endpoint, std::string rest, StoreEndpoint& o
   }
 }
 
+// "h1:2379,h2:2379,[::1]:2379", a trailing '/' allowed. No path: the store
+// keeps its keys under a fixed prefix (etcd_store.h).
+void parse_etcd(const std::string& endpoint, std::string rest, StoreEndpoint& out) {
+  const char* scheme = out.tls ? "etcds" : "etcd";
+  rest = take_userinfo(endpoint, rest, "etcd://user:password@host, or etcd://user:@host with the password in "
+                                       "GRADMESH_ETCD_PASSWORD_FILE", out);
+  if (rest.find_first_of("?#") != std::string::npos) bad_endpoint(endpoint, "query parameters are not supported");
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find('/') != std::string::npos)
+    bad_endpoint(endpoint, std::string("a path is not supported (gradmesh keeps its keys under 'gradmesh/'); "
+                                       "list the members as ") + scheme + "://h1:2379,h2:2379,h3:2379");
+  if (rest.empty()) bad_endpoint(endpoint, "missing host");
+  size_t begin = 0;
+  for (;;) {
+    const size_t comma = rest.find(',', begin);
+    const std::string authority = rest.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (authority.empty()) bad_endpoint(endpoint, "an empty member in the host list (two commas, or one at an end)");
+    out.members.push_back(parse_authority(endpoint, authority, kDefaultEtcdPort, scheme));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  if (out.members.size() > kMaxEtcdMembers)
+    bad_endpoint(endpoint, std::to_string(out.members.size()) + " members; at most " + std::to_string(kMaxEtcdMembers) +
+                               " (an etcd cluster has 3, 5 or 7)");
+}
+
 }  // namespace
 
 std::string StoreEndpoint::describe() const {
-  return scheme == Scheme::kFile ? "file://" + path : describe_redis(host, port, db);
+  switch (scheme) {
+    case Scheme::kFile: return "file://" + path;
+    case Scheme::kRedis: return describe_redis(host, port, db);
+    case Scheme::kEtcd: return describe_etcd(members, tls);
+  }
+  return "?";
 }
 
-std::string describe_redis(const std::string& host, int port, int db) {
+const char* password_variable(StoreEndpoint::Scheme scheme) {
+  switch (scheme) {
+    case StoreEndpoint::Scheme::kFile: return nullptr;
+    case StoreEndpoint::Scheme::kRedis: return "GRADMESH_REDIS_PASSWORD";
+    case StoreEndpoint::Scheme::kEtcd: return "GRADMESH_ETCD_PASSWORD";
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::string host_port_text(const std::string& host, int port) {
   std::string shown = host.find(':') == std::string::npos ? host : "[" + host + "]";
-  return "redis://" + shown + ":" + std::to_string(port) + "/" + std::to_string(db);
+  return shown + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+std::string describe_redis(const std::string& host, int port, int db) {
+  return "redis://" + host_port_text(host, port) + "/" + std::to_string(db);
+}
+
+std::string describe_etcd(const std::vector<HostPort>& members, bool tls) {
+  std::string out = tls ? "etcds://" : "etcd://";
+  for (size_t i = 0; i < members.size(); ++i) out += (i ? "," : "") + host_port_text(members[i].host, members[i].port);
+  return out;
 }
 
 namespace {
@@ -159,6 +229,12 @@ StoreEndpoint parse_store_endpoint(const std::string& endpoint) {
   if (scheme == "redis") {
     out.scheme = StoreEndpoint::Scheme::kRedis;
     parse_redis(endpoint, rest, out);
+    return out;
+  }
+  if (scheme == "etcd" || scheme == "etcds") {
+    out.scheme = StoreEndpoint::Scheme::kEtcd;
+    out.tls = scheme == "etcds";
+    parse_etcd(endpoint, rest, out);
     return out;
   }
   bad_endpoint(endpoint, "unknown scheme '" + scheme + "://'");

@@ -103,7 +103,7 @@ RedisStore::RedisStore(std::string host, int port, std::string password, int db,
       retry_window_(std::max(retry_window, Millis{0})) {
   // Connects now, so a bad endpoint or password fails here rather than at the
   // first rendezvous (a server that is down is waited for within the window).
-  run({"PING"}, "");
+  run({}, "");
 }
 
 RedisStore::~RedisStore() = default;
@@ -211,6 +211,7 @@ RedisStore::Reply RedisStore::run(const std::vector<std::string>& args, const st
     bool sent = false;
     try {
       if (!context_) connect_locked();
+      if (args.empty()) return Reply();  // connect only (the constructor): connecting already PINGed
       sent = true;
       Reply reply = run_locked(args, key);
       if (warned)

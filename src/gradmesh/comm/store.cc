@@ -1,6 +1,7 @@
 #include "gradmesh/comm/store.h"
 
 #include "gradmesh/comm/endpoint.h"
+#include "gradmesh/comm/etcd_store.h"
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/core/env.h"
@@ -39,6 +40,9 @@ std::string PrefixStore::describe() const { return inner_->describe() + " (keys 
 std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout, std::optional<Millis> retry_window) {
   StoreEndpoint parsed = parse_store_endpoint(endpoint);
   if (parsed.scheme == StoreEndpoint::Scheme::kFile) return std::make_shared<FileStore>(parsed.path);
+  if (parsed.scheme == StoreEndpoint::Scheme::kEtcd)
+    return std::make_shared<EtcdStore>(
+        etcd_options_from_environment(parsed, connect_timeout, retry_window.value_or(env_store_timeout())));
   // A file or the environment keeps the password out of process listings
   // (ps shows argv); a file (a mounted Secret) keeps it out of environment dumps too.
   std::string password = parsed.password.empty() ? env_string("GRADMESH_REDIS_PASSWORD") : parsed.password;

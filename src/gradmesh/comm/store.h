@@ -2,7 +2,8 @@
 //
 // Workers publish addresses, agree on ranks and wait for each other here; it
 // is never on the data path. Implementations: FileStore (a directory; one
-// machine, no server) and RedisStore (a real redis-server; a cluster). Every
+// machine, no server), RedisStore (a real redis-server; a cluster) and
+// EtcdStore (a replicated etcd cluster, which survives losing a member). Every
 // blocking call takes a timeout and fails with Error(kTimeout) naming the
 // keys still missing; a server that cannot be reached, refuses the password
 // or drops the connection is Error(kComm) with a distinct message.
@@ -46,7 +47,7 @@ class Store {
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Deletes `key`; returns whether it existed.
   virtual bool remove(const std::string& key) = 0;
-  // The endpoint, for messages: "file:///tmp/run/store", "redis://host:6379/0".
+  // The endpoint, for messages: "file:///tmp/run/store", "redis://host:6379/0", "etcd://h1:2379,h2:2379".
   virtual std::string describe() const = 0;
 };
 
@@ -74,6 +75,8 @@ class PrefixStore : public Store {
 // Opens a store from an endpoint URL:
 //   file:///abs/dir                        FileStore in that directory (created if missing)
 //   redis://[:password@]host:port[/db]     RedisStore (the password may also come from GRADMESH_REDIS_PASSWORD)
+//   etcd://[user:password@]h1:2379,h2:2379 EtcdStore on those members (etcds:// for TLS; etcd_store.h
+//                                          lists the GRADMESH_ETCD_* variables it reads)
 // A malformed endpoint is Error(kUsage) saying what was expected.
 // `retry_window`: how long a call keeps reconnecting to an unreachable server
 // before it fails (store sessions survive a dropped connection or a restarted

@@ -37,8 +37,8 @@ EnvVars worker_variables(const RankAssignment& a, int local_rank, const RunIdent
       {"GRADMESH_REPLACEMENT", run.replacement ? "1" : "0"},
   };
   if (store != run.store_endpoint) {
-    const std::string password = comm::parse_store_endpoint(run.store_endpoint).password;
-    if (!password.empty()) vars.emplace_back("GRADMESH_REDIS_PASSWORD", password);
+    const comm::StoreEndpoint parsed = comm::parse_store_endpoint(run.store_endpoint);
+    if (!parsed.password.empty()) vars.emplace_back(comm::password_variable(parsed.scheme), parsed.password);
   }
   return vars;
 }
