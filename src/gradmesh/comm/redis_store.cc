@@ -1,8 +1,6 @@
 #include "gradmesh/comm/redis_store.h"
 
 #include <hiredis/hiredis.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include "gradmesh/comm/endpoint.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
+#include "gradmesh/core/sigpipe_block.h"
 #include "gradmesh/core/text_format.h"
 
 namespace gradmesh::comm {
@@ -53,39 +52,6 @@ struct timeval to_timeval(Millis timeout) {
   tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
   return tv;
 }
-
-// hiredis sends with write(2): on a connection the server has reset, that
-// raises SIGPIPE, whose default action would kill the whole worker instead of
-// reporting a lost connection. The signal is blocked on this thread for one
-// command and a SIGPIPE it caused is consumed, leaving the process's
-// disposition (which other code may rely on) untouched.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_mask_);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-  }
-  ~SigpipeGuard() {
-    sigset_t pending;
-    sigpending(&pending);
-    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-      struct timespec zero = {0, 0};
-      sigtimedwait(&pipe_, nullptr, &zero);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  }
-  SigpipeGuard(const SigpipeGuard&) = delete;
-  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
-
- private:
-  sigset_t pipe_;
-  sigset_t old_mask_;
-  bool was_pending_ = false;
-};
 
 }  // namespace
 
@@ -177,7 +143,7 @@ RedisStore::Reply RedisStore::run_locked(const std::vector<std::string>& args, c
   }
   Reply reply;
   {
-    SigpipeGuard no_sigpipe;
+    ScopedSigpipeBlock no_sigpipe;  // hiredis writes with write(2)
     reply.reset(static_cast<redisReply*>(
         redisCommandArgv(context_.get(), static_cast<int>(args.size()), argv.data(), lengths.data())));
   }
