@@ -510,12 +510,7 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  if (poll_until(timeout, [&] { return check(keys); })) return;
-  std::vector<std::string> missing;
-  for (const std::string& key : keys)
-    if (!check({key})) missing.push_back(key);
-  if (missing.empty()) return;  // the last ones arrived after the final poll
-  throw_store_timeout(describe(), timeout, missing);
+  wait_by_polling(*this, keys, timeout);
 }
 
 bool EtcdStore::remove(const std::string& key) {
@@ -579,11 +574,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                         "' is not a decimal integer; add only works on keys that add created or that were set to a number");
       value = *number;
     }
-    int64_t result = 0;
-    if (__builtin_add_overflow(value, delta, &result))
-      throw_error(ErrorKind::kFormat, describe(),
-                  "add to key '" + printable_key(key) + "': " + std::to_string(value) + " + " + std::to_string(delta) +
-                      " overflows a 64-bit integer");
+    const int64_t result = add_without_overflow(describe(), key, value, delta);
     if (receipt_lease_ == 0) receipt_lease_ = grant_lease(std::max(kMinReceiptTtl, 2 * cluster_->options.retry_window));
     const int64_t mod_revision = current.empty() ? 0 : current[0].mod_revision;
     const Json txn = {

@@ -189,11 +189,7 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
                       " is not a decimal integer; add only works on keys that add created or that were set to a number");
     value = *number;
   }
-  int64_t result = 0;
-  if (__builtin_add_overflow(value, delta, &result))
-    throw_error(ErrorKind::kFormat, describe(),
-                "add to key '" + printable_key(key) + "': " + std::to_string(value) + " + " + std::to_string(delta) +
-                    " overflows a 64-bit integer");
+  const int64_t result = add_without_overflow(describe(), key, value, delta);
   rename_into(write_temp(key, std::to_string(result)), key);
   return result;
 }

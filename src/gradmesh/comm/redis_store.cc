@@ -256,12 +256,7 @@ bool RedisStore::check(const std::vector<std::string>& keys) {
 }
 
 void RedisStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  if (poll_until(timeout, [&] { return check(keys); })) return;
-  std::vector<std::string> missing;
-  for (const std::string& key : keys)
-    if (!check({key})) missing.push_back(key);
-  if (missing.empty()) return;  // the last ones arrived after the final poll
-  throw_store_timeout(describe(), timeout, missing);
+  wait_by_polling(*this, keys, timeout);
 }
 
 bool RedisStore::remove(const std::string& key) {

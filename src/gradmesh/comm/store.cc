@@ -5,6 +5,7 @@
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/core/env.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/core/secret.h"
 
 namespace gradmesh::comm {
@@ -36,6 +37,24 @@ bool PrefixStore::check(const std::vector<std::string>& keys) { return inner_->c
 bool PrefixStore::remove(const std::string& key) { return inner_->remove(full(key)); }
 
 std::string PrefixStore::describe() const { return inner_->describe() + " (keys under '" + prefix_ + "/')"; }
+
+void wait_by_polling(Store& store, const std::vector<std::string>& keys, Millis timeout) {
+  if (poll_until(timeout, [&] { return store.check(keys); })) return;
+  std::vector<std::string> missing;
+  for (const std::string& key : keys)
+    if (!store.check({key})) missing.push_back(key);
+  if (missing.empty()) return;  // the last ones arrived after the final poll
+  throw_store_timeout(store.describe(), timeout, missing);
+}
+
+int64_t add_without_overflow(const std::string& store, const std::string& key, int64_t value, int64_t delta) {
+  int64_t result = 0;
+  if (__builtin_add_overflow(value, delta, &result))
+    throw_error(ErrorKind::kFormat, store,
+                "add to key '" + printable_key(key) + "': " + std::to_string(value) + " + " + std::to_string(delta) +
+                    " overflows a 64-bit integer");
+  return result;
+}
 
 std::shared_ptr<Store> open_store(const std::string& endpoint, Millis connect_timeout, std::optional<Millis> retry_window) {
   StoreEndpoint parsed = parse_store_endpoint(endpoint);

@@ -72,6 +72,13 @@ class PrefixStore : public Store {
   std::string prefix_;
 };
 
+// For stores whose wait() polls check() (Redis, etcd): waits until every key
+// exists, or throws Error(kTimeout) naming the keys still missing.
+void wait_by_polling(Store& store, const std::vector<std::string>& keys, Millis timeout);
+
+// value + delta for add(); Error(kFormat) naming the store and key when the sum overflows.
+int64_t add_without_overflow(const std::string& store, const std::string& key, int64_t value, int64_t delta);
+
 // Opens a store from an endpoint URL:
 //   file:///abs/dir                        FileStore in that directory (created if missing)
 //   redis://[:password@]host:port[/db]     RedisStore (the password may also come from GRADMESH_REDIS_PASSWORD)
