@@ -15,6 +15,7 @@
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/env.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/exit_codes.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
@@ -67,13 +68,23 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
     group = comm::init_process_group(env, options);
   }
   train::catch_stop_signal();
-  const train::TrainSummary s = train::run_training(config, stderr, group, run_options);
+  train::TrainSummary s;
+  try {
+    s = train::run_training(config, stderr, group, run_options);
+  } catch (const Error& e) {
+    // A failed collective or store call may be another node's failure: the
+    // launcher looks for one before it blames this worker.
+    if (!group || group->size() == 1 || (e.kind() != ErrorKind::kComm && e.kind() != ErrorKind::kTimeout)) throw;
+    std::fflush(stdout);
+    std::fprintf(stderr, "gradmesh: error: %s\n", e.what());
+    return kPeerTroubleExitCode;
+  }
   if (s.stopped && !train::stop_signal_received()) {
     // Checked at exit: a SIGTERM that reached this rank just after another's is still its own.
     log_warn("stopped after step " + std::to_string(s.steps) +
              " because another rank was asked to stop (SIGTERM there); the run did not finish: continue it with "
-             "--resume auto (exit " + std::to_string(train::kStoppedByAnotherRankExitCode) + ")");
-    return train::kStoppedByAnotherRankExitCode;
+             "--resume auto (exit " + std::to_string(kStoppedByAnotherRankExitCode) + ")");
+    return kStoppedByAnotherRankExitCode;
   }
   if (group && group->rank() != 0) return 0;  // rank 0 speaks for the job
   if (s.stopped) {

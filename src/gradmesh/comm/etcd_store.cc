@@ -118,13 +118,16 @@ std::string etcd_error_hint(const std::string& message) {
 }
 
 std::string transport_error_text(httplib::Error error, Millis timeout, bool tls) {
+  // A TLS member closes a plain connection as soon as it has read the first
+  // bytes, so the client sees the close while reading or, as often, while
+  // still sending: both get the hint.
+  const std::string plain_to_tls = tls ? "" : " (a member that serves TLS closes plain connections: etcds://)";
   switch (error) {
     case httplib::Error::Connection: return "cannot connect (connection refused or host unreachable)";
     case httplib::Error::ConnectionTimeout: return "no connection within " + seconds_text(timeout);
     case httplib::Error::Read:
-      return "no reply within " + seconds_text(timeout) + ", or the connection was closed" +
-             (tls ? "" : " (a member that serves TLS closes plain connections: etcds://)");
-    case httplib::Error::Write: return "the connection was closed while sending";
+      return "no reply within " + seconds_text(timeout) + ", or the connection was closed" + plain_to_tls;
+    case httplib::Error::Write: return "the connection was closed while sending" + plain_to_tls;
     case httplib::Error::SSLConnection:
       return "TLS handshake failed (does the member serve TLS, and accept the client certificate?)";
     case httplib::Error::SSLLoadingCerts: return "cannot load the TLS certificates";

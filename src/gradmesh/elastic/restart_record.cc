@@ -38,7 +38,8 @@ std::string restart_record_key(const std::string& run_id, int generation) {
 std::string restart_record_json(const RestartRecord& r) {
   return Json{{"generation", r.generation},         {"failed_rank", r.failed_rank},
               {"cause", r.cause},                   {"exit_code", r.exit_code},
-              {"failure_unix_ms", r.failure_unix_ms}, {"last_step", r.last_step}}
+              {"failure_unix_ms", r.failure_unix_ms}, {"last_step", r.last_step},
+              {"failed_node", r.failed_node}}
       .dump();
 }
 
@@ -59,6 +60,8 @@ RestartRecord parse_restart_record(const std::string& text, const std::string& k
   r.exit_code = field<int>(j, "exit_code", key);
   r.failure_unix_ms = field<int64_t>(j, "failure_unix_ms", key);
   r.last_step = field<int64_t>(j, "last_step", key);
+  // Records of launchers that predate the field name no node.
+  if (j.contains("failed_node")) r.failed_node = field<int>(j, "failed_node", key);
   return r;
 }
 

@@ -28,6 +28,7 @@ struct RestartRecord {
   int exit_code = 1;            // as the launcher would exit with it
   int64_t failure_unix_ms = 0;  // wall clock when the launcher saw the failure
   int64_t last_step = -1;       // highest step any worker reported through its heartbeat; -1 = none
+  int failed_node = -1;         // the node whose launcher or worker failed; -1 = none or unknown (the store)
 };
 
 std::string restart_record_key(const std::string& run_id, int generation);

@@ -45,13 +45,14 @@ class Supervisor {
   }
 
   GroupOutcome run() {
-    while (!group_.all_exited()) {
+    while (!group_.all_exited() || blame_deadline_) {
       Millis timeout = kTick;
-      if (stopping_ && !killed_)
+      if (stopping_ && !killed_ && !group_.all_exited())
         timeout = std::clamp(std::chrono::duration_cast<Millis>(deadline_ - Clock::now()), Millis{0}, kTick);
       for (const WorkerExit& exit : group_.pump(timeout, relay_.fd())) on_worker_exit(exit);
       for (int sig : relay_.drain()) on_signal(sig);
       if (!stopping_) check_peers();
+      if (blame_deadline_) settle_blame();
       if (!stopping_) follow_generation();
       if (!stopping_) check_heartbeats();
       escalate_if_due();
@@ -72,16 +73,63 @@ class Supervisor {
     deadline_ = Clock::now() + settings_.grace_period;
     group_.signal_all(sig);
     group_.signal_all(SIGCONT);  // a stopped (SIGSTOP) worker can only act on the signal once continued
-    if (cause != Cause::kPeer && cause != Cause::kStore && peers_ != nullptr) {
-      const GroupOutcome o = outcome();
-      peers_->publish_failure(o.exit_code, o.record.cause, restart_record_json(o.record));
+    if (cause == Cause::kPeer || cause == Cause::kStore || peers_ == nullptr) return;
+    if (cause == Cause::kWorker && after_peer_trouble(failed_) && settings_.heartbeat_timeout.count() > 0) {
+      // The verdict waits: a node that died takes a heartbeat timeout to be found lost.
+      blame_deadline_ = Clock::now() + settings_.heartbeat_timeout + 2 * kPeerCheckInterval;
+      return;
     }
+    publish_own_failure();
+  }
+
+  void publish_own_failure() {
+    const GroupOutcome o = outcome();
+    peers_->publish_failure(o.exit_code, o.record.cause, restart_record_json(o.record));
+  }
+
+  static bool after_peer_trouble(const WorkerExit& exit) {
+    return shell_exit_code(exit.wait_status) == kPeerTroubleExitCode;
+  }
+  // An exit that the stop this launcher began explains.
+  bool stopped_by_us(const WorkerExit& exit) const {
+    const int code = shell_exit_code(exit.wait_status);
+    return code == 128 + stop_signal_ || (killed_ && code == 128 + SIGKILL) || code == kStoppedByAnotherRankExitCode;
+  }
+
+  // A worker failed after a collective or store call failed: if a node is
+  // found lost, or another node reports its failure, within a heartbeat
+  // timeout, that is the cause; otherwise this node's worker is.
+  void settle_blame() {
+    const Clock::time_point now = Clock::now();
+    if (now >= *blame_deadline_) {
+      blame_deadline_.reset();
+      return publish_own_failure();
+    }
+    if (now < next_peer_check_) return;
+    next_peer_check_ = now + kPeerCheckInterval;
+    const std::optional<PeerFailure> failure = peers_->poll(now);
+    if (!failure) return;
+    blame_deadline_.reset();
+    peer_ = *failure;
+    if (cause_ == Cause::kSignal) return;  // told to stop meanwhile: that stays the verdict
+    cause_ = peer_.store_lost ? Cause::kStore : Cause::kPeer;
+    if (peer_.lost) peers_->publish_failure(peer_.exit_code, peer_.reason, restart_record_json(outcome().record));
   }
 
   void on_worker_exit(const WorkerExit& exit) {
     if (exited_cleanly(exit.wait_status)) return;
     if (stopping_) {
       all_clean_ = false;
+      // A worker of this node that failed on its own, after one that failed
+      // because its collective did: the second is the cause.
+      if (cause_ == Cause::kWorker && after_peer_trouble(failed_) && !after_peer_trouble(exit) &&
+          !stopped_by_us(exit)) {
+        failed_ = exit;
+        if (blame_deadline_) {
+          blame_deadline_.reset();
+          publish_own_failure();
+        }
+      }
       return;
     }
     if (try_replace(exit)) return;
@@ -101,7 +149,8 @@ class Supervisor {
       const std::optional<int> used = settings_.budget->claim(next);
       if (!used) return false;  // budget spent: stop the group as for any failure
       refresh_last_step();
-      RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_millis(), last_step()};
+      RestartRecord record{next, exit.rank, what, shell_exit_code(exit.wait_status), unix_millis(), last_step(),
+                           settings_.node_rank};
       settings_.budget->publish_record(record);
       write_current_generation(*settings_.store, settings_.run_id, next);
       say(what + "; replacing it in place (restart " + std::to_string(*used) + " of " +
@@ -137,7 +186,7 @@ class Supervisor {
       const std::optional<int> used = settings_.budget->claim(next);
       if (!used) return false;
       refresh_last_step();
-      RestartRecord record{next, -1, peer_.reason, 1, failure_unix_ms_, last_step()};
+      RestartRecord record{next, -1, peer_.reason, 1, failure_unix_ms_, last_step(), lost};
       settings_.budget->publish_record(record);
       write_surviving_ranks(*settings_.store, settings_.run_id, next, survivors);
       write_current_generation(*settings_.store, settings_.run_id, next);
@@ -316,12 +365,19 @@ class Supervisor {
       case Cause::kPeer:
         o.exit_code = peer_.exit_code;
         o.peer_failed = true;
-        o.record = peer_.record.value_or(RestartRecord{generation_ + 1, -1, peer_.reason, o.exit_code, 0, 0});
-        o.message = "stopped " + workers_text(others_stopped_) + " of node " + std::to_string(settings_.node_rank) +
+        o.record =
+            peer_.record.value_or(RestartRecord{generation_ + 1, -1, peer_.reason, o.exit_code, 0, 0, peer_.node});
+        o.message = (others_stopped_ == 0 && after_peer_trouble(failed_)
+                         ? "node " + std::to_string(settings_.node_rank) + "'s workers had stopped already (" +
+                               worker_text(failed_) + ")"
+                         : "stopped " + workers_text(others_stopped_) + " of node " +
+                               std::to_string(settings_.node_rank)) +
                     " because another node stopped: " + peer_.reason;
         break;
     }
     o.record.generation = generation_ + 1;
+    if (cause_ == Cause::kWorker || cause_ == Cause::kHang || cause_ == Cause::kSignal)
+      o.record.failed_node = settings_.node_rank;
     if (cause_ != Cause::kPeer || !peer_.record) {
       o.record.failure_unix_ms = failure_unix_ms_;
       o.record.last_step = last_step();
@@ -348,6 +404,7 @@ class Supervisor {
   int others_stopped_ = 0;
   int64_t failure_unix_ms_ = 0;
   Clock::time_point deadline_{};
+  std::optional<Clock::time_point> blame_deadline_;  // a worker failed after peer trouble: the verdict waits
   Clock::time_point next_peer_check_{};
   Clock::time_point next_heartbeat_poll_{};
   WorkerExit failed_{};

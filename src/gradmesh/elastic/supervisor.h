@@ -29,6 +29,7 @@
 #include <string>
 
 #include "gradmesh/comm/store.h"
+#include "gradmesh/core/exit_codes.h"
 #include "gradmesh/elastic/restart_budget.h"
 #include "gradmesh/elastic/signal_relay.h"
 #include "gradmesh/elastic/worker_group.h"
@@ -74,8 +75,6 @@ struct SupervisorSettings {
   bool clean_signal_stop_succeeds = false;
 };
 
-// Exit code of a launcher whose worker hung (as timeout(1) reports one).
-inline constexpr int kHangExitCode = 124;
 
 // Runs until every worker of `group` has exited. REQUIRES: group.start() succeeded.
 GroupOutcome supervise(WorkerGroup& group, SignalRelay& relay, const SupervisorSettings& settings);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/exit_codes.h"
 
 namespace gradmesh::elastic {
 namespace {
@@ -136,6 +137,11 @@ std::string signal_name(int sig) {
 }
 
 std::string describe_exit(int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kPeerTroubleExitCode)
+    return "exited with status " + std::to_string(kPeerTroubleExitCode) + " (a collective or store call failed)";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kStoppedByAnotherRankExitCode)
+    return "exited with status " + std::to_string(kStoppedByAnotherRankExitCode) +
+           " (stopped because another rank was asked to)";
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);

@@ -26,6 +26,15 @@ std::string line_text(const LineJson& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// "rank 3", or "node 1" when no single rank failed but a node did (a lost
+// node), or "the job" when neither is known (the store was lost).
+std::string failed_part_text(const LineJson& j) {
+  const std::string rank = line_text(j, "failed_rank"), node = line_text(j, "failed_node");
+  if (!rank.empty() && rank != "-1") return "rank " + rank;
+  if (!node.empty() && node != "-1") return "node " + node;
+  return "the job";
+}
+
 std::vector<double> line_numbers(const LineJson& j) {
   std::vector<double> out;
   if (j.is_array())
@@ -149,7 +158,7 @@ void RunLogReader::read_line(const std::string& line) {
     add_event(log_, RunEvent::Kind::kFinished, j, "run finished");
   } else if (type == "restart") {
     add_event(log_, RunEvent::Kind::kRestart, j,
-              "generation " + line_text(j, "generation") + ": rank " + line_text(j, "failed_rank") + " failed (" +
+              "generation " + line_text(j, "generation") + ": " + failed_part_text(j) + " failed (" +
                   line_text(j, "cause") + "), resumed at step " + line_text(j, "resumed_at_step") +
                   (j.contains("steps_lost") ? ", " + line_text(j, "steps_lost") + " steps trained again" : ""));
   } else if (type == "resume") {

@@ -94,7 +94,7 @@ void RunResilience::report_restart() {
   pending_.reset();
   obs::JsonObject line;
   line.add("type", "restart").add("generation", r.generation).add("failed_rank", r.failed_rank)
-      .add("cause", r.cause).add("exit_code", r.exit_code)
+      .add("failed_node", r.failed_node).add("cause", r.cause).add("exit_code", r.exit_code)
       .add("recovery", recovery_ ? "in-process" : "restart")
       .add("resumed_at_step", restart_step_)
       .add("seconds_to_first_step", static_cast<double>(unix_millis() - r.failure_unix_ms) / 1e3);

@@ -17,12 +17,6 @@
 
 namespace gradmesh::train {
 
-// The exit status of a worker that stopped cleanly because ANOTHER rank was
-// asked to stop (the vote below): its checkpoint is saved, but the run did not
-// finish, so it must not exit 0 (EX_TEMPFAIL: continue it with --resume auto).
-// A rank that received SIGTERM itself exits 0, as a preempted job expects.
-inline constexpr int kStoppedByAnotherRankExitCode = 75;
-
 // Installs a SIGTERM handler that only records the request (idempotent).
 void catch_stop_signal();
 // True once SIGTERM arrived after catch_stop_signal().
