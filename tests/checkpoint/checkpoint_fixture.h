@@ -35,6 +35,9 @@ inline TrainerState trainer_at(int64_t step) {
   state.world_size = 2;
   state.generation = 1;
   state.optimizer = "adamw";
+  state.samples = step * 32;
+  state.checkpoints_saved = step / 50;
+  state.checkpoints_failed = 1;
   return state;
 }
 

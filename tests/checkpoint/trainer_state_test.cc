@@ -77,6 +77,23 @@ TEST(TrainerState, ZeroStageIsOptionalAndCheckedWhenPresent) {
   expect_rejected([](nlohmann::json& j) { j["zero_stage"] = "2"; }, "zero_stage", "expected an integer");
 }
 
+TEST(TrainerState, RunTotalsAreOptionalAndCheckedWhenPresent) {
+  TrainerState resumed = trainer_at(5);
+  resumed.samples = 640;
+  resumed.checkpoints_saved = 4;
+  resumed.checkpoints_failed = 2;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(resumed), "t.json"), resumed);
+  // A trainer.json written before the fields existed: samples unknown, no saves counted.
+  nlohmann::json older = nlohmann::json::parse(trainer_state_json(resumed));
+  for (const char* field : {"samples", "checkpoints_saved", "checkpoints_failed"}) older.erase(field);
+  const TrainerState parsed = parse_trainer_state(older.dump(), "t.json");
+  EXPECT_EQ(parsed.samples, -1);
+  EXPECT_EQ(parsed.checkpoints_saved, 0);
+  EXPECT_EQ(parsed.checkpoints_failed, 0);
+  expect_rejected([](nlohmann::json& j) { j["samples"] = -3; }, "samples", "-3");
+  expect_rejected([](nlohmann::json& j) { j["checkpoints_failed"] = "1"; }, "checkpoints_failed", "expected an integer");
+}
+
 TEST(TrainerState, UnknownFieldIsNamed) {
   expect_rejected([](nlohmann::json& j) { j["learning_rate"] = 0.1; }, "learning_rate", "not a trainer.json field");
 }

@@ -192,6 +192,8 @@ TEST_F(TrainingFaults, LostNodeShrinksTheWorldInProcess) {
   const std::vector<nlohmann::json> summary = events(metrics, "summary");
   ASSERT_EQ(summary.size(), 1u);
   EXPECT_EQ(summary[0].value("steps", int64_t{0}), 300);
+  EXPECT_EQ(summary[0].value("world_size", 0), 1) << "the ranks at the end";
+  EXPECT_EQ(summary[0].value("restarts", 0), 1);
 }
 
 TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {
@@ -214,6 +216,17 @@ TEST_F(TrainingFaults, SigtermSavesExitsCleanlyAndResumesBitIdentical) {
   const std::vector<nlohmann::json> resumed = events(dir_.file("runs/pre/metrics.jsonl"), "resume");
   ASSERT_EQ(resumed.size(), 1u);
   EXPECT_EQ(resumed[0]["step"].get<int64_t>(), stop_step);
+  // The summary counts the whole run, both processes, not the resumed one alone.
+  const std::vector<nlohmann::json> summary = events(dir_.file("runs/pre/metrics.jsonl"), "summary");
+  const std::vector<nlohmann::json> uninterrupted = events(dir_.file("runs/baseline/metrics.jsonl"), "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  ASSERT_EQ(uninterrupted.size(), 1u);
+  EXPECT_EQ(summary[0]["samples"], uninterrupted[0]["samples"]) << summary[0].dump();
+  EXPECT_LT(summary[0]["samples_this_process"].get<int64_t>(), summary[0]["samples"].get<int64_t>());
+  EXPECT_EQ(summary[0]["checkpoints_saved"].get<size_t>(), events(dir_.file("runs/pre/metrics.jsonl"), "checkpoint").size())
+      << "every save of both processes";
+  EXPECT_NE(read_text(dir_.file("pre2.out")).find("the whole run: 0 restarts,"), std::string::npos)
+      << read_text(dir_.file("pre2.out"));
 }
 
 // SIGTERM reaches one node only: every rank stops after the same step (the

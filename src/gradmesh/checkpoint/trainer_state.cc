@@ -14,7 +14,8 @@ using Json = nlohmann::json;
 
 constexpr const char* kFields[] = {"format_version", "step",        "epoch",      "step_in_epoch",
                                    "epoch_position", "seed",        "rng_step",   "config_hash",
-                                   "world_size",     "generation",  "optimizer",  "zero_stage"};
+                                   "world_size",     "generation",  "optimizer",  "zero_stage",
+                                   "samples",        "checkpoints_saved",         "checkpoints_failed"};
 
 class FieldReader {
  public:
@@ -63,7 +64,7 @@ class FieldReader {
 }  // namespace
 
 std::string trainer_state_json(const TrainerState& state) {
-  const nlohmann::ordered_json root = {{"format_version", state.format_version},
+  nlohmann::ordered_json root = {{"format_version", state.format_version},
                                        {"step", state.step},
                                        {"epoch", state.epoch},
                                        {"step_in_epoch", state.step_in_epoch},
@@ -74,7 +75,10 @@ std::string trainer_state_json(const TrainerState& state) {
                                        {"world_size", state.world_size},
                                        {"generation", state.generation},
                                        {"optimizer", state.optimizer},
-                                       {"zero_stage", state.zero_stage}};
+                                       {"zero_stage", state.zero_stage},
+                                       {"checkpoints_saved", state.checkpoints_saved},
+                                       {"checkpoints_failed", state.checkpoints_failed}};
+  if (state.samples >= 0) root["samples"] = state.samples;  // -1: not known (a state read from an older file)
   return root.dump(2) + "\n";
 }
 
@@ -109,6 +113,9 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& sou
   state.optimizer = read.string("optimizer", false);
   // Added after format_version 1 was fixed: absent in older checkpoints, which hold whole state.
   if (root.contains("zero_stage")) state.zero_stage = static_cast<int>(read.integer("zero_stage", 0, 3));
+  if (root.contains("samples")) state.samples = read.integer("samples", 0, kInt64Max);
+  if (root.contains("checkpoints_saved")) state.checkpoints_saved = read.integer("checkpoints_saved", 0, kInt64Max);
+  if (root.contains("checkpoints_failed")) state.checkpoints_failed = read.integer("checkpoints_failed", 0, kInt64Max);
   return state;
 }
 

@@ -23,6 +23,12 @@ struct TrainerState {
   std::string optimizer;       // "sgd" | "adamw"
   int zero_stage = 0;          // ZeRO stage that wrote the optimizer state (0: whole, 1 or 2: one shard per rank);
                                //   optional on read (files before it mean 0)
+  // The whole run up to this checkpoint, across every process that trained
+  // it (the resumed ones too), so a resumed run's summary counts them all.
+  // Optional on read: older files have no samples (-1) and count no saves.
+  int64_t samples = -1;             // global samples behind these weights
+  int64_t checkpoints_saved = 0;    // this one included
+  int64_t checkpoints_failed = 0;   // saves that failed before it
 
   bool operator==(const TrainerState&) const = default;
 };

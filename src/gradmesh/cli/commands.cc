@@ -94,9 +94,18 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
     return 0;
   }
   const std::string tokens = s.tokens_per_s > 0 ? " (" + std::to_string(std::llround(s.tokens_per_s)) + " tokens/s)" : "";
-  std::printf("trained %lld steps (%lld samples) on %d rank%s in %.1f s: %.0f samples/s%s, %.1f GEMM GFLOP/s\n",
+  // A resumed run's rate is this process's: its own steps over its own time.
+  const std::string own = s.resumed_from_step < 0 ? ""
+                          : "; this process trained steps " + std::to_string(s.resumed_from_step + 1) + "-" +
+                                std::to_string(s.steps) + " (" + std::to_string(s.samples_this_process) + " samples)";
+  std::printf("trained %lld steps (%lld samples) on %d rank%s%s in %.1f s: %.0f samples/s%s, %.1f GEMM GFLOP/s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size,
-              s.world_size == 1 ? "" : "s", s.train_seconds, s.samples_per_s, tokens.c_str(), s.gemm_gflops_per_s);
+              s.world_size == 1 ? "" : "s", own.c_str(), s.train_seconds, s.samples_per_s, tokens.c_str(),
+              s.gemm_gflops_per_s);
+  if (s.restarts > 0 || s.checkpoints_failed > 0 || s.resumed_from_step >= 0)
+    std::printf("the whole run: %d restart%s, %lld checkpoint%s saved, %lld failed\n", s.restarts,
+                s.restarts == 1 ? "" : "s", static_cast<long long>(s.checkpoints_saved),
+                s.checkpoints_saved == 1 ? "" : "s", static_cast<long long>(s.checkpoints_failed));
   if (s.world_size > 1)
     std::printf("waiting for gradients: %.1f%% of step time (after overlap with backward)\n",
                 s.exposed_comm_share * 100);

@@ -191,6 +191,7 @@ class TrainingRun {
   bool stopping_ = false;
 
   TrainSummary summary_;
+  checkpoint::TrainerState before_;  // the run before this process: samples and checkpoints (trainer_state.h)
   std::unique_ptr<obs::JsonlWriter> metrics_;  // rank 0 only
   std::unique_ptr<UsageMeter> usage_meter_;    // rank 0 only
   PhaseTotals phase_totals_;
@@ -439,6 +440,10 @@ void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::s
   s_.step_in_epoch = state.step_in_epoch;
   epochs_run_ = state.epoch + (state.step_in_epoch > 0 ? 1 : 0);  // the weights' metadata counts epochs begun
   summary_.resumed_from_step = state.step;
+  before_.samples = state.samples >= 0 ? state.samples : state.step * tc_.batch_size;  // older files: every step full
+  // The checkpoint resumed from verified, so it was saved; a replica's state was not.
+  before_.checkpoints_saved = state.checkpoints_saved + (how == "checkpoint" ? 1 : 0);
+  before_.checkpoints_failed = state.checkpoints_failed;
   if (metrics_)
     metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
                         .add("from", how).add("checkpoint_world_size", state.world_size)
@@ -460,6 +465,11 @@ checkpoint::TrainerState TrainingRun::current_state() const {
   t.generation = resilience_.generation();
   t.optimizer = optimizer_->name();
   t.zero_stage = zero_ ? zero_->stage() : 0;
+  t.samples = std::max<int64_t>(before_.samples, 0) + s_.samples;
+  const checkpoint::CheckpointStats c = checkpointer_ ? checkpointer_->stats() : checkpoint::CheckpointStats{};
+  // Saves this process began before this one, less the ones known to have failed.
+  t.checkpoints_saved = before_.checkpoints_saved + (checkpointer_ ? checkpointer_->saves() - c.failed : 0);
+  t.checkpoints_failed = before_.checkpoints_failed + c.failed;
   return t;
 }
 
@@ -756,7 +766,12 @@ void TrainingRun::summarize(const std::vector<RankUsage>& usage) {
   summary_.peak_rss_bytes_per_rank.clear();
   for (const RankUsage& u : usage) summary_.peak_rss_bytes_per_rank.push_back(u.peak_rss_bytes);
   summary_.steps = s_.step;
-  summary_.samples = s_.samples;
+  summary_.world_size = world_size_;  // after an in-process shrink: the ranks at the end
+  summary_.samples = std::max<int64_t>(before_.samples, 0) + s_.samples;
+  summary_.samples_this_process = s_.samples;
+  summary_.restarts = resilience_.generation();
+  summary_.checkpoints_saved = before_.checkpoints_saved;
+  summary_.checkpoints_failed = before_.checkpoints_failed;
   summary_.final_train_loss = s_.last_loss;
   summary_.train_seconds = now_seconds() - s_.start - s_.excluded;
   summary_.samples_per_s = static_cast<double>(s_.samples) / std::max(summary_.train_seconds, 1e-9);
@@ -781,18 +796,22 @@ void TrainingRun::summarize(const std::vector<RankUsage>& usage) {
   if (checkpointer_) {
     const checkpoint::CheckpointStats c = checkpointer_->stats();
     summary_.checkpoint_path = c.last_path;
-    summary_.checkpoints_failed = c.failed;
+    summary_.checkpoints_saved += c.saved;
+    summary_.checkpoints_failed += c.failed;
     // Training went on without them, but a resume can only start from the ones that exist.
-    if (c.failed > 0)
-      log_warn(std::to_string(c.failed) + " of " + std::to_string(c.saved + c.failed) +
-               " checkpoint saves failed; the last failure: " + c.last_error);
+    if (summary_.checkpoints_failed > 0)
+      log_warn(std::to_string(summary_.checkpoints_failed) + " of " +
+               std::to_string(summary_.checkpoints_saved + summary_.checkpoints_failed) +
+               " checkpoint saves of this run failed" +
+               (c.failed > 0 ? "; the last failure: " + c.last_error : " (in the processes before this one)"));
   }
 }
 
 void TrainingRun::write_summary_line() {
   const TrainSummary& s = summary_;
   obs::JsonObject line;
-  line.add("type", "summary").add("steps", s.steps).add("samples", s.samples).add("world_size", world_size_)
+  line.add("type", "summary").add("steps", s.steps).add("samples", s.samples)
+      .add("samples_this_process", s.samples_this_process).add("world_size", world_size_).add("restarts", s.restarts)
       .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s).add("tokens_per_s", s.tokens_per_s)
       .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
       .add("exposed_comm_share", s.exposed_comm_share)
@@ -809,10 +828,11 @@ void TrainingRun::write_summary_line() {
                          .add("total", c.total()))
         .add("currency", usage_meter_->prices().currency).add("example_prices", usage_meter_->prices().examples);
   }
-  if (checkpointer_ && checkpointer_->saves() > 0) {
+  if (s.checkpoints_saved + s.checkpoints_failed > 0)
+    line.add("checkpoints_saved", s.checkpoints_saved).add("checkpoints_failed", s.checkpoints_failed);
+  if (checkpointer_ && checkpointer_->saves() > 0) {  // this process's writes
     const checkpoint::CheckpointStats c = checkpointer_->stats();
-    line.add("checkpoints_saved", c.saved).add("checkpoints_failed", c.failed)
-        .add("checkpoint_bytes", c.bytes).add("checkpoint_write_seconds", c.write_seconds)
+    line.add("checkpoint_bytes", c.bytes).add("checkpoint_write_seconds", c.write_seconds)
         .add("checkpoint_stall_seconds", checkpointer_->stall_seconds());
   }
   metrics_->write(line);

@@ -27,7 +27,8 @@ struct TrainSummary {
   std::string run_dir;
   std::string weights_path;    // empty when output.save_weights is false or on ranks other than 0
   int64_t steps = 0;
-  int64_t samples = 0;         // global samples trained on
+  int64_t samples = 0;         // global samples behind the final weights, over every process of the run
+  int64_t samples_this_process = 0;  // of those, the ones this process trained (samples_per_s counts these)
   int world_size = 1;
   double train_seconds = 0;    // the step loop only: no data loading, no evaluation
   double samples_per_s = 0;    // global
@@ -47,7 +48,12 @@ struct TrainSummary {
   int recoveries = 0;              // in-process recoveries this worker took part in
   bool stopped = false;            // SIGTERM: stopped after a step and saved a checkpoint
   std::string checkpoint_path;     // the newest checkpoint this run wrote ("" when none)
-  int64_t checkpoints_failed = 0;  // saves that failed (disk full, I/O errors); training went on
+  // The whole run, every process of it: restarts (from disk or in process)
+  // and checkpoint saves that completed or failed (disk full, I/O errors:
+  // training went on).
+  int restarts = 0;
+  int64_t checkpoints_saved = 0;
+  int64_t checkpoints_failed = 0;
   std::vector<double> peak_rss_bytes_per_rank;  // every rank's peak resident set (getrusage), in rank order
 };
 
