@@ -2,8 +2,10 @@
 // `kubectl kustomize`, every object validates against the Kubernetes API
 // schemas and the pods give `gradmesh launch` what it needs
 // (deploy/k8s/validate/validate.js, checked against this build's --help);
-// broken manifests are rejected; the job's config is one gradmesh accepts;
-// and the launcher honours the variables Kubeflow's PyTorchJob sets.
+// the etcd variant forms a cluster the launchers name member by member
+// (validate/etcd.js); broken manifests are rejected; the job's config is one
+// gradmesh accepts; and the launcher honours the variables Kubeflow's
+// PyTorchJob sets.
 // Skipped, saying why, where kubectl (with kustomize 4 or later), Node.js or
 // the validator's packages (scripts/install-deps.sh) are missing.
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "cli/run_command.h"
 #include "support/temp_dir.h"
@@ -49,9 +52,11 @@ class KubernetesManifests : public ::testing::Test {
     }
   }
 
-  // Renders `variant` into rendered.yaml; returns kustomize's exit code.
+  // Renders `variant` (under deploy/k8s, or absolute) into rendered.yaml;
+  // returns kustomize's exit code.
   int render(const std::string& variant) {
-    const CommandResult r = run_shell("kubectl kustomize '" + kDeploy + "/" + variant + "'", dir_.path());
+    const std::string path = variant.front() == '/' ? variant : kDeploy + "/" + variant;
+    const CommandResult r = run_shell("kubectl kustomize '" + path + "'", dir_.path());
     EXPECT_EQ(r.err, "") << variant;
     std::ofstream(dir_.file("rendered.yaml")) << r.out;
     return r.exit_code;
@@ -62,27 +67,56 @@ class KubernetesManifests : public ::testing::Test {
                      "--serve-help serve.help " + file, dir_.path());
   }
 
-  // rendered.yaml with `from` replaced by `to` (once, which must be found), as broken.yaml.
-  void break_rendering(const std::string& from, const std::string& to) {
+  // rendered.yaml with `from` replaced by `to` (once, which must be found;
+  // the first after `after` when given), as broken.yaml.
+  void break_rendering(const std::string& from, const std::string& to, const std::string& after = "") {
     std::string text = read_file(dir_.file("rendered.yaml"));
-    const size_t at = text.find(from);
+    const size_t start = text.find(after);
+    ASSERT_NE(start, std::string::npos) << after;
+    const size_t at = text.find(from, start);
     ASSERT_NE(at, std::string::npos) << from;
     text.replace(at, from.size(), to);
     std::ofstream(dir_.file("broken.yaml")) << text;
+  }
+
+  // One launcher's arguments (a line of --launch-args' JSON) for a local
+  // run: quoted for the shell, with the token, the agent's port and the
+  // $(VARS) replaced by local stand-ins, and the store by a local file store
+  // unless `keep_store`.
+  std::string local_launch_args(std::string line, const std::string& stand_in, bool keep_store) {
+    std::string args;
+    for (std::smatch m; std::regex_search(line, m, std::regex("\"((?:[^\"\\\\]|\\\\.)*)\"")); line = m.suffix()) {
+      std::string arg = m[1];
+      if (!keep_store && arg.rfind("--rdzv-endpoint=", 0) == 0) arg = "--rdzv-endpoint=file://" + dir_.file("store");
+      if (arg.rfind("--token-file=", 0) == 0) arg = "--token-file=" + dir_.file("agent-token");
+      if (arg.rfind("--agent-port=", 0) == 0) arg = "--agent-port=0";
+      arg = std::regex_replace(arg, std::regex("\\$\\([A-Z_]+\\)"), stand_in);
+      args += " '" + arg + "'";
+    }
+    return args;
   }
 
   TempDir dir_;
 };
 
 TEST_F(KubernetesManifests, EveryVariantRendersAndValidates) {
-  for (const char* variant : {"overlays/cpu", "overlays/gpu", "pytorchjob"}) {
+  // The etcd component on the gpu overlay, as docs/kubernetes.md tells users
+  // to write it (kustomize takes only relative paths).
+  const std::string gpu_etcd = dir_.file("gpu-etcd");
+  std::filesystem::create_directories(gpu_etcd);
+  const std::string k8s = std::filesystem::relative(kDeploy, gpu_etcd).string();
+  std::ofstream(gpu_etcd + "/kustomization.yaml") << "resources:\n  - " << k8s << "/overlays/gpu\n"
+                                                  << "components:\n  - " << k8s << "/components/etcd\n";
+  for (const std::string variant : {"overlays/cpu", "overlays/gpu", "pytorchjob", "overlays/etcd", gpu_etcd.c_str()}) {
     ASSERT_EQ(render(variant), 0) << variant;
     const CommandResult r = validate();
     EXPECT_EQ(r.exit_code, 0) << variant << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find("objects valid"), std::string::npos) << r.out;
   }
-  ASSERT_EQ(render("overlays/gpu"), 0);
-  EXPECT_NE(read_file(dir_.file("rendered.yaml")).find("nvidia.com/gpu: \"2\""), std::string::npos);
+  const std::string rendered = read_file(dir_.file("rendered.yaml"));
+  EXPECT_NE(rendered.find("nvidia.com/gpu: \"2\""), std::string::npos);
+  EXPECT_NE(rendered.find("kind: StatefulSet"), std::string::npos);
+  EXPECT_EQ(rendered.find("redis"), std::string::npos) << "the etcd component removes every trace of Redis";
 }
 
 TEST_F(KubernetesManifests, BrokenManifestsAreRejectedWithTheReason) {
@@ -108,43 +142,105 @@ TEST_F(KubernetesManifests, BrokenManifestsAreRejectedWithTheReason) {
   }
 }
 
+// The etcd variant's own checks (validate/etcd.js), each on a rendering
+// broken the way a hand edit could break it.
+TEST_F(KubernetesManifests, BrokenEtcdManifestsAreRejectedWithTheReason) {
+  ASSERT_EQ(render("overlays/etcd"), 0);
+  const std::string kMembers =
+      "gradmesh-etcd-0.gradmesh-etcd:2379,gradmesh-etcd-1.gradmesh-etcd:2379,gradmesh-etcd-2.gradmesh-etcd:2379";
+  const struct {
+    const char* after;  // where the edit starts looking for `from`
+    std::string from;
+    std::string to;
+    const char* reason;
+  } cases[] = {
+      {"kind: StatefulSet", "replicas: 3", "replicas: 2", "needs 3, 5 or 7 members"},
+      {"", "gradmesh-etcd-2=http://gradmesh-etcd-2.gradmesh-etcd:2380", "gradmesh-etcd-3=http://gradmesh-etcd-3.gradmesh-etcd:2380",
+       "--initial-cluster names gradmesh-etcd-0, gradmesh-etcd-1, gradmesh-etcd-3, but the pods are"},
+      {"", "gradmesh-etcd-1=http://gradmesh-etcd-1.gradmesh-etcd:2380", "gradmesh-etcd-1=http://gradmesh-etcd-1.etcd:2380",
+       "but it advertises http://gradmesh-etcd-1.gradmesh-etcd:2380"},
+      {"kind: StatefulSet", "serviceName: gradmesh-etcd", "serviceName: gradmesh-etcd-client", "must be headless"},
+      {"", "publishNotReadyAddresses: true\n  selector:\n    app.kubernetes.io/name: gradmesh-etcd",
+       "publishNotReadyAddresses: false\n  selector:\n    app.kubernetes.io/name: gradmesh-etcd", "must publish not-ready addresses"},
+      {"", "podManagementPolicy: Parallel", "podManagementPolicy: OrderedReady", "must be Parallel"},
+      {"", "--rdzv-endpoint=etcd://" + kMembers, "--rdzv-endpoint=etcd://gradmesh-etcd-0.gradmesh-etcd:2379,gradmesh-etcd-1.gradmesh-etcd:2379",
+       "--rdzv-endpoint leaves out gradmesh-etcd-2"},
+      {"--rdzv-endpoint", "gradmesh-etcd-2.gradmesh-etcd:2379", "gradmesh-etcd-2.gradmesh-etcd:2380",
+       "the members serve clients on port 2379"},
+      {"", "--rdzv-endpoint=etcd://" + kMembers, "--rdzv-endpoint=etcd://gradmesh-etcd-client:2379",
+       "gradmesh-etcd-client is no member of an etcd StatefulSet"},
+      {"", "--rdzv-endpoint=etcd://", "--rdzv-endpoint=etcd://root:hunter2@", "a store password on the command line"},
+      {"kind: PodDisruptionBudget", "minAvailable: 2", "minAvailable: 1", "lets 2 of 3 members go at once"},
+      {"kind: PodDisruptionBudget", "app.kubernetes.io/name: gradmesh-etcd", "app.kubernetes.io/name: etcd",
+       "no PodDisruptionBudget selects the members"},
+      {"podAntiAffinity", "topologyKey: kubernetes.io/hostname", "topologyKey: kubernetes.io/os", "no pod anti-affinity"},
+      {"kind: NetworkPolicy", "port: 2379", "port: 2389", "do not let the launchers reach the members' client port 2379"},
+      {"kind: NetworkPolicy", "port: 2380", "port: 2389", "do not let the members reach each other's peer port 2380"},
+      {"", "--data-dir=/var/lib/etcd/data", "--data-dir=/tmp/data", "must be on a volumeClaimTemplate"},
+      {"", "path: /health?serializable=true&exclude=NOSPACE", "path: /health", "must ask /health?serializable=true"},
+      {"", "quay.io/coreos/etcd:v3.5.", "quay.io/coreos/etcd:v3.4.", "pin an etcd release, 3.5.3 or later"},
+      {"kind: StatefulSet", "runAsNonRoot: true", "runAsNonRoot: false", "must set securityContext.runAsNonRoot"},
+      {"", "- name: GRADMESH_PROGRESS", "- name: GRADMESH_ETCD_CACERT\n          value: /run/secrets/gradmesh-agent/ca.pem\n        - name: GRADMESH_PROGRESS",
+       "GRADMESH_ETCD_CACERT with a plain etcd:// endpoint"},
+      {"      volumes:", "- name: agent-token", "- name: redis-password\n        secret:\n          secretName: gradmesh-redis\n      - name: agent-token",
+       "mounts the Secret gradmesh-redis"},
+  };
+  for (const auto& c : cases) {
+    break_rendering(c.from, c.to, c.after);
+    const CommandResult r = validate("broken.yaml");
+    EXPECT_EQ(r.exit_code, 1) << c.from << " -> " << c.to;
+    EXPECT_NE(r.out.find(c.reason), std::string::npos) << c.from << " -> " << c.to << "\n" << r.out;
+  }
+  // Redis left beside etcd: the base's Deployment and Service, as they were.
+  std::ofstream(dir_.file("broken.yaml")) << read_file(dir_.file("rendered.yaml")) << "---\n"
+                                          << read_file(kDeploy + "/base/redis.yaml");
+  const CommandResult r = validate("broken.yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("Deployment/gradmesh-redis: a Redis store is rendered"), std::string::npos) << r.out;
+}
+
 // The launcher's own checks on the pods' arguments (flag combinations the
 // schema cannot know, such as --node-rank with an elastic --nnodes): each
 // launcher's flags run for real, with the store, the token and the $(VARS)
 // replaced by local stand-ins. A launcher that accepts them waits for the
-// other nodes and times out (exit 1); a usage error would exit 2.
+// other nodes and times out (exit 1); a usage error would exit 2. An etcd
+// endpoint runs once more as written: the launcher must parse it into the
+// same members and fail only to reach them (exit 1, naming them).
 TEST_F(KubernetesManifests, TheLauncherAcceptsThePodsFlags) {
   std::ofstream(dir_.file("agent-token")) << "local-token\n";
   int checked = 0;
-  for (const char* variant : {"overlays/cpu", "pytorchjob"}) {
+  int etcd_endpoints = 0;
+  for (const std::string variant : {"overlays/cpu", "pytorchjob", "overlays/etcd"}) {
     ASSERT_EQ(render(variant), 0) << variant;
     std::filesystem::remove(dir_.file("launch-args.jsonl"));
     const CommandResult v = run_shell("node '" + kDeploy + "/validate/validate.js' --launch-help launch.help "
                                       "--train-help train.help --serve-help serve.help --launch-args launch-args.jsonl "
                                       "rendered.yaml", dir_.path());
     ASSERT_EQ(v.exit_code, 0) << v.out;
+    // What Kubeflow's operator sets on the master (the Indexed Job sets none).
+    const std::string pet = variant == "pytorchjob" ? "PET_NNODES=4 PET_NODE_RANK=0 PET_NPROC_PER_NODE=2 " : "";
     std::ifstream lines(dir_.file("launch-args.jsonl"));
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::string args;
-      for (std::smatch m; std::regex_search(line, m, std::regex("\"((?:[^\"\\\\]|\\\\.)*)\"")); line = m.suffix()) {
-        std::string arg = m[1];
-        if (arg.rfind("--rdzv-endpoint=", 0) == 0) arg = "--rdzv-endpoint=file://" + dir_.file("store");
-        if (arg.rfind("--token-file=", 0) == 0) arg = "--token-file=" + dir_.file("agent-token");
-        if (arg.rfind("--agent-port=", 0) == 0) arg = "--agent-port=0";
-        arg = std::regex_replace(arg, std::regex("\\$\\([A-Z_]+\\)"), "local-" + std::to_string(checked));
-        args += " '" + arg + "'";
-      }
-      // What Kubeflow's operator sets on the master (the Indexed Job sets none).
-      const std::string pet = std::string(variant) == "pytorchjob" ? "PET_NNODES=4 PET_NODE_RANK=0 PET_NPROC_PER_NODE=2 " : "";
-      const CommandResult r =
-          run_shell(pet + "'" GRADMESH_BINARY "'" + args + " --join-timeout=1 -- true", dir_.path());
+    for (std::string line; std::getline(lines, line); ++checked) {
+      const std::string stand_in = "local-" + std::to_string(checked);
+      const std::string args = local_launch_args(line, stand_in, false);
+      const CommandResult r = run_shell(pet + "'" GRADMESH_BINARY "'" + args + " --join-timeout=1 -- true", dir_.path());
       EXPECT_EQ(r.exit_code, 1) << variant << ":" << args << "\n" << r.err;
       EXPECT_NE(r.err.find("rendezvous"), std::string::npos) << r.err;
-      ++checked;
+
+      std::smatch endpoint;
+      if (!std::regex_search(line, endpoint, std::regex("\"--rdzv-endpoint=(etcds?://[^\"]*)\""))) continue;
+      ++etcd_endpoints;
+      const std::string as_written = local_launch_args(line, stand_in, true);
+      const CommandResult e =
+          run_shell(pet + "'" GRADMESH_BINARY "'" + as_written + " --store-timeout=1 --join-timeout=1 -- true", dir_.path());
+      EXPECT_EQ(e.exit_code, 1) << variant << ":" << as_written << "\n" << e.err;
+      // As the launcher describes the endpoint: every member with its port.
+      const std::string described = std::regex_replace(endpoint[1].str(), std::regex("(//|,)([^,:/]+)(?=,|$)"), "$1$2:2379");
+      EXPECT_NE(e.err.find("cannot reach any etcd member of " + described + ":"), std::string::npos) << e.err;
     }
   }
-  EXPECT_EQ(checked, 3) << "the Job's launcher and the PyTorchJob's two";
+  EXPECT_EQ(checked, 4) << "the Job's launcher, the PyTorchJob's two and the etcd variant's";
+  EXPECT_EQ(etcd_endpoints, 1) << "the etcd variant's launcher";
 }
 
 TEST_F(KubernetesManifests, TheJobsConfigIsOneGradmeshAccepts) {

@@ -5,13 +5,15 @@
 //     pinned in package-lock.json); a PyTorchJob's own fields by hand and its
 //     pod templates against the core schema;
 //  2. what `gradmesh launch` in a pod needs: flags gradmesh knows (checked
-//     against its --help), $(VARS) defined, the store's Service, secrets as
-//     mounted files (never literal values), probes on the agent's port with
-//     its token, the pod's address as GRADMESH_HOSTNAME, an Indexed Job on the
-//     headless Service, a grace period longer than the agent's, a mounted
-//     config;
+//     against its --help), $(VARS) defined, the store (a Redis Service and
+//     port, or the members of an etcd StatefulSet: etcd.js) and a network
+//     policy that lets the launchers reach it, secrets as mounted files
+//     (never literal values), probes on the agent's port with its token, the
+//     pod's address as GRADMESH_HOSTNAME, an Indexed Job on the headless
+//     Service, a grace period longer than the agent's, a mounted config;
 //  3. the server's token and probes, the autoscaler's target, the network
-//     policies' selection.
+//     policies' selection, an etcd cluster that forms and survives a node
+//     (etcd.js), and every pod non-root with resource requests.
 //
 // usage: validate.js --launch-help FILE --train-help FILE --serve-help FILE [--launch-args OUT] RENDERED.yaml
 // (--launch-args: append each launcher's arguments before `--` to OUT, one
@@ -20,6 +22,8 @@
 "use strict";
 const fs = require("fs");
 const YAML = require("yaml");
+const { valueOf, selects, podTemplates, mountedFrom, portNumber, admits } = require("./objects");
+const etcd = require("./etcd");
 
 const args = process.argv.slice(2);
 const opts = {};
@@ -39,7 +43,10 @@ const help = {
 };
 
 const problems = [];
-const fail = (where, what) => problems.push(`${where}: ${what}`);
+const fail = (where, what) => {
+  const line = `${where}: ${what}`;
+  if (!problems.includes(line)) problems.push(line);  // once, however many launchers share the cause
+};
 
 // --- 1. schemas --------------------------------------------------------------
 const MODELS = {
@@ -48,6 +55,8 @@ const MODELS = {
   "v1/Secret": ["kubernetes-models/v1", "Secret"],
   "v1/PersistentVolumeClaim": ["kubernetes-models/v1", "PersistentVolumeClaim"],
   "apps/v1/Deployment": ["kubernetes-models/apps/v1", "Deployment"],
+  "apps/v1/StatefulSet": ["kubernetes-models/apps/v1", "StatefulSet"],
+  "policy/v1/PodDisruptionBudget": ["kubernetes-models/policy/v1", "PodDisruptionBudget"],
   "batch/v1/Job": ["kubernetes-models/batch/v1", "Job"],
   "autoscaling/v2/HorizontalPodAutoscaler": ["kubernetes-models/autoscaling/v2", "HorizontalPodAutoscaler"],
   "networking.k8s.io/v1/NetworkPolicy": ["kubernetes-models/networking.k8s.io/v1", "NetworkPolicy"],
@@ -66,6 +75,7 @@ const docs = YAML.parseAllDocuments(fs.readFileSync(files[0], "utf8")).map((d) =
 const objects = docs.filter((o) => o && typeof o === "object");
 if (objects.length === 0) fail(files[0], "no objects");
 const named = (kind, name) => objects.find((o) => o.kind === kind && o.metadata && o.metadata.name === name);
+const ctx = { objects, fail };
 
 for (const o of objects) {
   const where = `${o.kind}/${o.metadata && o.metadata.name}`;
@@ -91,22 +101,7 @@ for (const o of objects) {
 
 // --- 2. what gradmesh launch needs -------------------------------------------
 const flagsOf = (list) => list.filter((a) => a.startsWith("--")).map((a) => a.split("=")[0]);
-const valueOf = (list, flag) => {
-  for (let i = 0; i < list.length; i++) {
-    if (list[i].startsWith(flag + "=")) return list[i].slice(flag.length + 1);
-    if (list[i] === flag) return list[i + 1];
-  }
-  return undefined;
-};
 const knownFlag = (text, flag) => new RegExp(`(^|[\\s,])${flag.replace(/-/g, "\\-")}([\\s,=]|$)`, "m").test(text);
-
-// The directory holding `path` is mounted from a volume of this kind.
-function mountedFrom(pod, container, path, kind) {
-  const mount = (container.volumeMounts || []).find((m) => path.startsWith(m.mountPath.replace(/\/?$/, "/")));
-  if (!mount) return undefined;
-  const volume = (pod.volumes || []).find((v) => v.name === mount.name);
-  return volume && volume[kind] ? volume[kind] : undefined;
-}
 
 function checkSecretsAreFiles(where, container) {
   for (const e of container.env || []) {
@@ -116,10 +111,31 @@ function checkSecretsAreFiles(where, container) {
       fail(where, `env ${e.name} comes from a Secret: environment dumps would show it; mount it as a file`);
   }
   for (const a of container.args || [])
-    if (/redis:\/\/[^@/]*:[^@/]*@/.test(a)) fail(where, `a store password on the command line: ${a}`);
+    if (/(redis|etcds?):\/\/[^@/]*:[^@/]+@/.test(a)) fail(where, `a store password on the command line: ${a}`);
 }
 
-function checkLauncher(where, pod, container, job) {
+// The Redis store: its Service and port, its password as a mounted file, and
+// a network policy that admits the launchers (pods labelled `labels`).
+function checkRedisStore(where, pod, container, endpoint, labels) {
+  const store = /^redis:\/\/([^:/@]+):(\d+)/.exec(endpoint);
+  if (!store) return fail(where, `--rdzv-endpoint ${endpoint} is not redis://service:port or etcd://member:port,...`);
+  const service = named("Service", store[1]);
+  const port = service && (service.spec.ports || []).find((p) => String(p.port) === store[2]);
+  if (!service) fail(where, `the store's Service ${store[1]} is not among the objects`);
+  else if (!port) fail(where, `Service ${store[1]} has no port ${store[2]}`);
+  const passwordFile = (container.env || []).find((e) => e.name === "GRADMESH_REDIS_PASSWORD_FILE");
+  if (!passwordFile || !mountedFrom(pod, container, passwordFile.value, "secret"))
+    fail(where, "GRADMESH_REDIS_PASSWORD_FILE must name a file mounted from a Secret");
+  if (!port) return;
+  const backend = podTemplates(objects).find((t) => selects({ matchLabels: service.spec.selector }, t.labels));
+  if (!backend) return fail(where, `Service ${store[1]} selects no pods among the objects`);
+  const target = portNumber(port.targetPort === undefined ? port.port : port.targetPort, backend.spec.containers);
+  const reach = admits(objects, backend.labels, backend.spec.containers, labels, target);
+  if (reach === "isolated-none") fail(backend.where, "no NetworkPolicy selects the store's pods: any pod could reach it");
+  else if (!reach) fail(where, `the network policies do not let the launchers reach ${backend.where} on port ${target}`);
+}
+
+function checkLauncher(where, pod, container, job, labels) {
   const all = [...(container.command || []), ...(container.args || [])];
   const split = all.indexOf("--");
   const launch = split < 0 ? all : all.slice(0, split);
@@ -139,17 +155,8 @@ function checkLauncher(where, pod, container, job) {
   checkSecretsAreFiles(where, container);
 
   const endpoint = valueOf(launch, "--rdzv-endpoint") || "";
-  const store = /^redis:\/\/([^:/@]+):(\d+)/.exec(endpoint);
-  if (!store) fail(where, `--rdzv-endpoint ${endpoint} is not redis://service:port`);
-  else {
-    const service = named("Service", store[1]);
-    if (!service) fail(where, `the store's Service ${store[1]} is not among the objects`);
-    else if (!(service.spec.ports || []).some((p) => String(p.port) === store[2]))
-      fail(where, `Service ${store[1]} has no port ${store[2]}`);
-  }
-  const passwordFile = env.get("GRADMESH_REDIS_PASSWORD_FILE");
-  if (!passwordFile || !mountedFrom(pod, container, passwordFile.value, "secret"))
-    fail(where, "GRADMESH_REDIS_PASSWORD_FILE must name a file mounted from a Secret");
+  if (/^etcds?:\/\//.test(endpoint)) etcd.checkEndpoint(ctx, where, pod, container, endpoint, labels);
+  else checkRedisStore(where, pod, container, endpoint, labels);
   const hostname = env.get("GRADMESH_HOSTNAME");
   if (!hostname || !hostname.valueFrom || (hostname.valueFrom.fieldRef || {}).fieldPath !== "status.podIP")
     fail(where, "GRADMESH_HOSTNAME must be the pod's IP (fieldRef status.podIP): ranks reach each other there");
@@ -215,7 +222,7 @@ for (const o of objects) {
   for (const [name, template, job] of templates) {
     for (const c of template.spec.containers || []) {
       launchers++;
-      checkLauncher(`${o.kind}/${name} container ${c.name}`, template.spec, c, job);
+      checkLauncher(`${o.kind}/${name} container ${c.name}`, template.spec, c, job, (template.metadata || {}).labels || {});
     }
   }
 }
@@ -241,6 +248,23 @@ for (const d of objects.filter((o) => o.kind === "Deployment" && o.metadata.name
 const trainPolicy = objects.find((o) => o.kind === "NetworkPolicy" &&
     (o.spec.podSelector.matchLabels || {})["app.kubernetes.io/name"] === "gradmesh-train");
 if (!trainPolicy) fail("NetworkPolicy", "none admits only the job's own pods to its workers");
+
+for (const sts of objects.filter((o) => o.kind === "StatefulSet" && etcd.etcdContainer((o.spec.template || {}).spec)))
+  etcd.checkCluster(ctx, sts);
+
+// Every pod as the others: not root, no privilege to gain, requests the
+// scheduler can place it by.
+for (const t of podTemplates(objects)) {
+  if (!(t.spec.securityContext || {}).runAsNonRoot) fail(t.where, "the pod must set securityContext.runAsNonRoot");
+  for (const c of t.spec.containers || []) {
+    const sc = c.securityContext || {};
+    if (sc.allowPrivilegeEscalation !== false || sc.readOnlyRootFilesystem !== true ||
+        !((sc.capabilities || {}).drop || []).includes("ALL"))
+      fail(`${t.where} container ${c.name}`, "needs allowPrivilegeEscalation false, readOnlyRootFilesystem true and capabilities drop ALL");
+    const requests = (c.resources || {}).requests || {};
+    if (!requests.cpu || !requests.memory) fail(`${t.where} container ${c.name}`, "needs cpu and memory requests");
+  }
+}
 
 if (problems.length) {
   for (const p of problems) console.log(p);
