@@ -1,6 +1,7 @@
 // Test support for the tests that run a launcher and kill its workers: the
 // workload they train, starting `gradmesh launch` in the background, waiting
-// for its exit, and the live child processes of a process, read from /proc.
+// for its exit, the live child processes of a process, read from /proc, and
+// the run directory's checkpoints and metrics events.
 #pragma once
 
 #include <signal.h>
@@ -8,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -81,6 +84,50 @@ inline int wait_exit(pid_t pid, std::chrono::seconds limit) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// An integer environment variable a process was started with, -1 if unreadable.
+inline int environment_number(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0'))
+    if (entry.rfind(name + "=", 0) == 0) return std::stoi(entry.substr(name.size() + 1));
+  return -1;
+}
+
+// The rank a worker process was started as (its RANK variable), -1 if unreadable.
+inline int rank_of(pid_t pid) { return environment_number(pid, "RANK"); }
+
+// The newest step-<N> checkpoint directory under `dir`, -1 when none.
+inline int64_t newest_checkpoint(const std::string& dir) {
+  int64_t best = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) best = std::max<int64_t>(best, std::stoll(name.substr(5)));
+  }
+  return best;
+}
+
+// Waits until a checkpoint of step `at_least` or later exists; false after `limit`.
+inline bool wait_for_checkpoint(const std::string& dir, int64_t at_least, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (newest_checkpoint(dir) < at_least)
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return true;
+}
+
+// The metrics.jsonl lines of one type, in order.
+inline std::vector<nlohmann::json> events(const std::string& metrics, const std::string& type) {
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<nlohmann::json> out;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("type", "") == type) out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace gradmesh::testing

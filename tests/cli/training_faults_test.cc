@@ -22,44 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// The rank a worker process was started as (its RANK variable), -1 if unreadable.
-int rank_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::string entry;
-  while (std::getline(in, entry, '\0'))
-    if (entry.rfind("RANK=", 0) == 0) return std::stoi(entry.substr(5));
-  return -1;
-}
-
-int64_t newest_checkpoint(const std::string& dir) {
-  int64_t best = -1;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos) best = std::max<int64_t>(best, std::stoll(name.substr(5)));
-  }
-  return best;
-}
-
-bool wait_for_checkpoint(const std::string& dir, int64_t at_least, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (newest_checkpoint(dir) < at_least)
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    else std::this_thread::sleep_for(5ms);
-  return true;
-}
-
-std::vector<nlohmann::json> events(const std::string& metrics, const std::string& type) {
-  std::ifstream in(metrics);
-  std::string line;
-  std::vector<nlohmann::json> out;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (j.value("type", "") == type) out.push_back(j);
-  }
-  return out;
-}
-
 // The uninterrupted 2-worker run every fault run is compared with.
 std::string baseline_weights(const TempDir& dir) {
   const pid_t launcher = spawn_launch("", workload("baseline"), dir.path(), "baseline");

@@ -158,16 +158,31 @@ TEST(Rendezvous, MissingNodeTimesOutNamingIt) {
   }
 }
 
+// The first launcher is alive (this process, on this host): one too many.
 TEST(Rendezvous, TooManyLaunchersAreRefused) {
   testing::TempDir dir;
   comm::FileStore store(dir.path());
-  (void)join_rendezvous(store, request(1, 1, -1, "first"));
+  (void)join_rendezvous(store, request(1, 1, -1, "hostT pid " + std::to_string(::getpid())));
   try {
-    join_rendezvous(store, request(1, 1, -1, "second"));
+    join_rendezvous(store, request(1, 1, -1, "hostT pid 2"));
     ADD_FAILURE() << "a second launcher for --nnodes 1 with the same run must be refused";
   } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every rank's launcher is running"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("fresh --rdzv-id"), std::string::npos) << e.what();
   }
+}
+
+// Without --node-rank, a node coming back is one launcher more than
+// --nnodes: it takes the rank of the launcher that is gone, and as that
+// rank's generation runs without it, waits for the next one.
+TEST(Rendezvous, AReturningNodeWithoutARankTakesTheRankOfALauncherThatIsGone) {
+  testing::TempDir dir;
+  comm::FileStore store(dir.path());
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  (void)join_rendezvous(store, request(1, 1, -1, "hostT pid " + std::to_string(gone)));
+  EXPECT_FALSE(try_join_rendezvous(store, request(1, 1, -1, "hostT pid 2")).has_value());
 }
 
 TEST(Rendezvous, InterruptAbandonsTheWait) {

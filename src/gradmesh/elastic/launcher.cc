@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -359,7 +360,13 @@ int run_launcher(const LaunchOptions& options) {
     dashboard = start_dashboard(options, status, feed);
   }
   const std::shared_ptr<comm::Store> store = comm::open_store(ctx.endpoint, Millis{10'000}, millis(options.store_timeout_s));
-  const std::shared_ptr<comm::Store> watch_store = comm::open_store(ctx.endpoint, Millis{2000}, Millis{0});
+  // The supervisor's calls fail fast: one call that hangs (an etcd member
+  // without a leader) must not hold this node's keep-alive back for long
+  // enough that the other nodes judge it lost.
+  const Millis watch_call_limit =
+      options.heartbeat_timeout_s > 0 ? std::clamp(millis(options.heartbeat_timeout_s) / 4, Millis{250}, Millis{2000})
+                                      : Millis{2000};
+  const std::shared_ptr<comm::Store> watch_store = comm::open_store(ctx.endpoint, watch_call_limit, Millis{0});
   SignalRelay relay;
   RestartBudget budget(store, ctx.run_id, options.max_restarts);
   const auto finish = [&](int code, const std::string& message) {

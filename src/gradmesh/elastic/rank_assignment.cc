@@ -113,12 +113,19 @@ int claim_node_rank(comm::Store& store, const RendezvousRequest& req) {
     if (is_elastic(req) && closed_count(store, req)) return -1;
     const int64_t joined = store.add("node_counter", 1);
     if (is_elastic(req) && joined > req.nnodes) return -1;
-    if (joined > req.nnodes)
+    if (joined > req.nnodes) {
+      // A node coming back after its launcher died takes the dead launcher's rank.
+      for (int taken = 0; taken < req.nnodes; ++taken) {
+        const std::string owner = store.check({owner_key(taken)}) ? store.get(owner_key(taken), Millis{1000}) : "";
+        if (!owner.empty() && owner != req.node_label && !owner_alive(store, taken, owner, req))
+          return reclaim_node_rank(store, req, taken, owner);
+      }
       throw_error(ErrorKind::kUsage, req.run_label,
                   "this launcher is node number " + std::to_string(joined) + " to join, but --nnodes is " +
                       std::to_string(req.nnodes) +
-                      ": more launchers were started than --nnodes, or the store still holds an earlier run "
-                      "with this id; use a fresh --rdzv-id");
+                      " and every rank's launcher is running: more launchers were started than --nnodes, or the "
+                      "store still holds an earlier run with this id; use a fresh --rdzv-id");
+    }
     rank = static_cast<int>(joined - 1);
   }
   const std::string owner = store.compare_set(owner_key(rank), "", req.node_label);

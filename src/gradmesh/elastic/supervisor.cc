@@ -74,7 +74,7 @@ class Supervisor {
     group_.signal_all(sig);
     group_.signal_all(SIGCONT);  // a stopped (SIGSTOP) worker can only act on the signal once continued
     if (cause == Cause::kPeer || cause == Cause::kStore || peers_ == nullptr) return;
-    if (cause == Cause::kWorker && after_peer_trouble(failed_) && settings_.heartbeat_timeout.count() > 0) {
+    if (may_be_another_nodes_fault() && settings_.heartbeat_timeout.count() > 0) {
       // The verdict waits: a node that died takes a heartbeat timeout to be found lost.
       blame_deadline_ = Clock::now() + settings_.heartbeat_timeout + 2 * kPeerCheckInterval;
       return;
@@ -87,8 +87,19 @@ class Supervisor {
     peers_->publish_failure(o.exit_code, o.record.cause, restart_record_json(o.record));
   }
 
+  // The worker stopped because of another rank: its collective failed, or
+  // it stopped with the ranks another node's launcher told to stop.
   static bool after_peer_trouble(const WorkerExit& exit) {
-    return shell_exit_code(exit.wait_status) == kPeerTroubleExitCode;
+    const int code = shell_exit_code(exit.wait_status);
+    return code == kPeerTroubleExitCode || code == kStoppedByAnotherRankExitCode;
+  }
+  // A worker that failed after another rank's trouble, or hangs whose
+  // heartbeats go on (ranks waiting in a collective for a rank that stopped).
+  bool may_be_another_nodes_fault() const {
+    if (cause_ == Cause::kWorker) return after_peer_trouble(failed_);
+    if (cause_ == Cause::kHang)
+      return std::none_of(hung_.begin(), hung_.end(), [](const HungWorker& h) { return h.heartbeat_stopped; });
+    return false;
   }
   // An exit that the stop this launcher began explains.
   bool stopped_by_us(const WorkerExit& exit) const {
@@ -96,9 +107,10 @@ class Supervisor {
     return code == 128 + stop_signal_ || (killed_ && code == 128 + SIGKILL) || code == kStoppedByAnotherRankExitCode;
   }
 
-  // A worker failed after a collective or store call failed: if a node is
-  // found lost, or another node reports its failure, within a heartbeat
-  // timeout, that is the cause; otherwise this node's worker is.
+  // A worker failed after a collective or store call failed, or waits in
+  // one: if a node is found lost, or another node reports its failure,
+  // within a heartbeat timeout, that is the cause; otherwise this node's
+  // worker is.
   void settle_blame() {
     const Clock::time_point now = Clock::now();
     if (now >= *blame_deadline_) {
