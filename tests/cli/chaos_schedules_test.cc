@@ -36,12 +36,12 @@ constexpr int kNodes = 3;
 constexpr int kSchedules = 20;
 constexpr int kSchedulesPerTest = 5;
 
-// 2400 steps (16 epochs of 150 global batches of 96) of a small MLP: a few
+// 1800 steps (12 epochs of 150 global batches of 96) of a small MLP: a few
 // seconds on three ranks, long enough for two faults and their recoveries.
 std::string chaos_workload(const std::string& run_id) {
   return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
          " --set model.hidden=[64,64] --set train.batch_size=96 --set data.limit_train=14400"
-         " --set data.limit_test=500 --set train.epochs=16 --set train.log_every=50 --set output.report=false"
+         " --set data.limit_test=500 --set train.epochs=12 --set train.log_every=50 --set output.report=false"
          " --set output.trace_steps=0 --set checkpoint.every_steps=100 --set checkpoint.keep_last=0"
          " --set parallel.backend=gloo --set output.run_id=" + run_id + " --resume auto";
 }
@@ -90,10 +90,10 @@ Schedule make_schedule(int seed) {
   }
   const Fault lead[] = {Fault::kNodeKill, Fault::kWorkerKill, Fault::kWorkerStop, Fault::kStoreBlip};
   const Fault first = lead[(seed + seed / 4) % 4];
-  s.faults.push_back({first, static_cast<int>(rng() % kNodes), 300 + static_cast<int64_t>(rng() % 6) * 100});
+  s.faults.push_back({first, static_cast<int>(rng() % kNodes), 200 + static_cast<int64_t>(rng() % 6) * 100});
   if (rng() % 3 != 0) {
     const Fault second = lead[rng() % 4];
-    s.faults.push_back({second, static_cast<int>(rng() % kNodes), 1300 + static_cast<int64_t>(rng() % 5) * 100});
+    s.faults.push_back({second, static_cast<int>(rng() % kNodes), 1000 + static_cast<int64_t>(rng() % 5) * 100});
   }
   // A lost node of an elastic job may stay away: the job goes on with two.
   for (PlannedFault& f : s.faults)
@@ -118,13 +118,14 @@ class ChaosSchedules : public ::testing::TestWithParam<int> {
   }
 
   // The uninterrupted three-node run every schedule is compared with, run
-  // once per build of the binary (the tests of this suite share it).
+  // once per build of the binary and workload (the tests of this suite share it).
   static std::string baseline_path() {
     const fs::path binary(GRADMESH_BINARY);
     const fs::path cache = binary.parent_path() / "chaos-baseline";
     fs::create_directories(cache);
     const fs::path file = cache / (std::to_string(fs::file_size(binary)) + "-" +
-                                   std::to_string(fs::last_write_time(binary).time_since_epoch().count()) +
+                                   std::to_string(fs::last_write_time(binary).time_since_epoch().count()) + "-" +
+                                   std::to_string(std::hash<std::string>{}(chaos_workload("base"))) +
                                    ".safetensors");
     const int lock = ::open((cache / "lock").c_str(), O_CREAT | O_RDWR, 0644);
     ::flock(lock, LOCK_EX);
@@ -287,8 +288,8 @@ void ChaosSchedules::run(const Schedule& s) {
   }
   const std::vector<nlohmann::json> summary = events(metrics, "summary");
   ASSERT_EQ(summary.size(), 1u) << logs;
-  EXPECT_EQ(summary[0].value("steps", int64_t{0}), 2400);
-  EXPECT_EQ(summary[0].value("samples", int64_t{0}), 2400 * 96) << "the whole run's samples";
+  EXPECT_EQ(summary[0].value("steps", int64_t{0}), 1800);
+  EXPECT_EQ(summary[0].value("samples", int64_t{0}), 1800 * 96) << "the whole run's samples";
   EXPECT_EQ(summary[0].value("restarts", -1), expected_restarts);
   if (shrunk) {
     // Two ranks from the restart on: the same global batches, summed in another order.

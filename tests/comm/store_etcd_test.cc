@@ -3,6 +3,7 @@
 // authentication, TLS and replies that are not etcd's.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <atomic>
@@ -263,6 +264,23 @@ class LossyEtcdProxy {
   httplib::Server server_;
   std::thread thread_;
 };
+
+// Polling a counter (add 0) reads it: no write, so many pollers do not race
+// each other's compare-and-swap. An absent counter is created at 0, as
+// Redis' INCRBY creates it.
+TEST_F(EtcdStoreTest, AddingZeroReadsTheCounterWithoutWriting) {
+  EtcdStore store(etcd_test_options(cluster_->members()));
+  EXPECT_EQ(store.add("polled", 5), 5);
+  const auto revision = [&] {
+    return nlohmann::json::parse(cluster_->post("/v3/kv/range", R"({"key":"AA=="})"))["header"]["revision"]
+        .get<std::string>();
+  };
+  const std::string before = revision();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(store.add("polled", 0), 5);
+  EXPECT_EQ(revision(), before) << "adding 0 wrote to the store";
+  EXPECT_EQ(store.add("fresh", 0), 0);
+  EXPECT_TRUE(store.check({"fresh"}));
+}
 
 TEST_F(EtcdStoreTest, ACallWhoseReplyWasLostTakesEffectOnce) {
   LossyEtcdProxy proxy(cluster_->client_port(0));

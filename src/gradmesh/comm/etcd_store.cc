@@ -577,6 +577,9 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                         "' is not a decimal integer; add only works on keys that add created or that were set to a number");
       value = *number;
     }
+    // Adding 0 polls a counter: the read is the answer, and a write would
+    // make every poller's compare-and-swap race every other's.
+    if (delta == 0 && !current.empty()) return value;
     const int64_t result = add_without_overflow(describe(), key, value, delta);
     if (receipt_lease_ == 0) receipt_lease_ = grant_lease(std::max(kMinReceiptTtl, 2 * cluster_->options.retry_window));
     const int64_t mod_revision = current.empty() ? 0 : current[0].mod_revision;
