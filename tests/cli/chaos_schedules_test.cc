@@ -206,7 +206,12 @@ void ChaosSchedules::run(const Schedule& s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     NodeProcess* node = live_node(f.target);
     ASSERT_NE(node, nullptr);
-    const std::vector<pid_t> workers = children_of(node->launcher);
+    // A node between two generations has no worker for a moment.
+    std::vector<pid_t> workers = children_of(node->launcher);
+    for (int i = 0; i < 200 && workers.empty(); ++i) {
+      std::this_thread::sleep_for(50ms);
+      workers = children_of(node->launcher);
+    }
     switch (f.kind) {
       case Fault::kNodeKill: {
         ASSERT_FALSE(workers.empty()) << all_logs();

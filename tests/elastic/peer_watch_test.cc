@@ -1,13 +1,17 @@
 // The launchers' watch over each other through a real redis-server that drops
 // its connections, restarts without its data, or goes away: a store outage
 // is never a node loss, watching never stops, what a node owns comes back,
-// and an outage longer than the store timeout is the node's failure.
+// and an outage longer than the store timeout is the node's failure. Over a
+// real etcd cluster, liveness is a lease the store itself lets expire.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
+#include "comm/etcd_cluster.h"
 #include "comm/redis_server.h"
+#include "gradmesh/comm/etcd_store.h"
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/comm/store.h"
 #include "gradmesh/elastic/peer_watch.h"
@@ -102,6 +106,44 @@ TEST_F(PeerWatchOverRedis, AStoreGoneLongerThanTheTimeoutIsTheNodesFailureNaming
             std::string::npos)
       << gone->reason;
   EXPECT_NE(gone->reason.find("unreachable for 2.1 s (--store-timeout 2.0 s)"), std::string::npos) << gone->reason;
+}
+
+// etcd: each launcher's lease key lives while its polls renew it; when they
+// stop, etcd deletes it after the timeout and the others find the node lost,
+// whatever their own clocks say.
+TEST(PeerWatchOverEtcd, ANodeWhoseLeaseExpiredIsLost) {
+  if (!gradmesh::testing::etcd_installed()) GTEST_SKIP() << gradmesh::testing::etcd_missing_message();
+  gradmesh::testing::EtcdCluster& cluster = gradmesh::testing::shared_etcd_cluster();
+  cluster.ensure_running();
+  cluster.delete_all_keys();
+  const auto node_store = [&] {
+    comm::EtcdOptions options;
+    options.members = cluster.members();
+    options.connect_timeout = Millis{2000};
+    return std::make_shared<comm::PrefixStore>(std::make_shared<comm::EtcdStore>(options), "run/0/agent");
+  };
+  const auto store0 = node_store(), store1 = node_store();
+  PeerWatch node0(*store0, 0, 2, kLostAfter), node1(*store1, 1, 2, kLostAfter);
+  const Clock::time_point start = Clock::now();
+  EXPECT_FALSE(node1.poll(start));
+  EXPECT_FALSE(node0.poll(start));
+  EXPECT_TRUE(store0->check({"lease/1"})) << "node 1's lease key";
+  // Node 0 goes on polling, far past the timeout on its own clock: node 1 renews.
+  for (int i = 1; i <= 6; ++i) {
+    std::this_thread::sleep_for(Millis{300});
+    EXPECT_FALSE(node1.poll(start + Millis{300 * i}));
+    EXPECT_FALSE(node0.poll(start + Millis{300 * i} + Millis{60'000})) << "a renewed lease is alive";
+  }
+  // Node 1 stops renewing: etcd deletes its key within the lease's ttl (whole seconds).
+  std::optional<PeerFailure> lost;
+  for (int i = 0; i < 50 && !lost; ++i) {
+    std::this_thread::sleep_for(Millis{100});
+    lost = node0.poll(Clock::now());
+  }
+  ASSERT_TRUE(lost.has_value()) << "node 1's lease never expired";
+  EXPECT_TRUE(lost->lost);
+  EXPECT_EQ(lost->node, 1);
+  EXPECT_NE(lost->reason.find("its lease in the store expired"), std::string::npos) << lost->reason;
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ constexpr const char* kEtcdReceiptPrefix = "gradmesh/add-receipt/";
 constexpr size_t kEtcdMaxTxnOps = 128;  // etcd's default --max-txn-ops
 // An add's receipt must outlive the add, including a whole retry window.
 constexpr Millis kMinReceiptTtl{600'000};
+// The longest a request waits for one member's reply before the next member
+// is asked. A healthy member answers in milliseconds; one whose leader just
+// died holds a write until etcd's own request timeout (about 6 s), long
+// enough for a heartbeat written through it to look stopped.
+constexpr Millis kMemberReplyLimit{1500};
 
 constexpr char kBase64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -265,6 +270,7 @@ struct EtcdStore::Cluster {
 
  private:
   std::unique_ptr<httplib::ClientImpl> make_client(const HostPort& address) const;
+  Millis reply_limit() const { return std::min(options.connect_timeout, kMemberReplyLimit); }
   Attempt attempt(Member& member, const std::string& path, const std::string& body, const std::string& tolerated);
   Attempt post(Member& member, const std::string& path, const std::string& body, const std::string& tolerated);
   Attempt authenticate(Member& member);
@@ -318,8 +324,8 @@ std::unique_ptr<httplib::ClientImpl> EtcdStore::Cluster::make_client(const HostP
     client = std::make_unique<httplib::ClientImpl>(address.host, address.port);
   }
   client->set_connection_timeout(options.connect_timeout);
-  client->set_read_timeout(options.connect_timeout);
-  client->set_write_timeout(options.connect_timeout);
+  client->set_read_timeout(reply_limit());
+  client->set_write_timeout(reply_limit());
   client->set_keep_alive(true);
   // Headers and body go out in separate writes: with Nagle's algorithm the
   // body would wait for the server's delayed ACK (40 ms per request).
@@ -409,7 +415,7 @@ Attempt EtcdStore::Cluster::post(Member& member, const std::string& path, const 
     const bool fatal = transport_error == httplib::Error::SSLServerVerification ||
                        transport_error == httplib::Error::SSLLoadingCerts;
     return {fatal ? Verdict::kFatal : Verdict::kTransient, {},
-            transport_error_text(transport_error, options.connect_timeout, options.tls)};
+            transport_error_text(transport_error, reply_limit(), options.tls)};
   }
   const int status = response.status;
   if (reply.is_discarded() || !reply.is_object()) {
@@ -616,6 +622,21 @@ void EtcdStore::keep_alive(int64_t lease) {
     throw_error(ErrorKind::kComm, describe(),
                 "lease " + std::to_string(lease) +
                     " has expired or was revoked; its keys are gone: grant a new lease and set them again");
+}
+
+bool EtcdStore::set_expiring(const std::string& key, const std::string& value, Millis ttl) {
+  std::lock_guard<std::mutex> lock(expiring_mu_);
+  int64_t& lease = expiring_leases_[ttl.count()];
+  if (lease != 0) {
+    try {
+      keep_alive(lease);
+    } catch (const Error&) {
+      lease = 0;  // expired (this process was stopped, or the store away, for longer than ttl): a new one
+    }
+  }
+  if (lease == 0) lease = grant_lease(ttl);
+  set_with_lease(key, value, lease);
+  return true;
 }
 
 void EtcdStore::set_with_lease(const std::string& key, const std::string& value, int64_t lease) {

@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -71,7 +72,7 @@ struct EtcdOptions {
   std::string key_file;
   std::string user;      // empty = the cluster has authentication off
   std::string password;  // REQUIRES: empty unless `user` is set
-  Millis connect_timeout{10'000};  // bounds each connection and each request to one member
+  Millis connect_timeout{10'000};  // bounds each connection, and each request to one member (at most 1.5 s)
   Millis retry_window{0};          // how long a call retries once every member failed
 };
 
@@ -116,6 +117,9 @@ class EtcdStore : public Store {
   // Ends the lease now, deleting its keys. A lease that already ended is not
   // an error: its keys are gone either way.
   void revoke_lease(int64_t lease);
+  // The key on a lease of `ttl` that each call keeps alive (one lease per
+  // ttl, granted again when it expired).
+  bool set_expiring(const std::string& key, const std::string& value, Millis ttl) override;
 
  private:
   struct Cluster;  // the members' connections, tokens and the failover loop (etcd_store.cc)
@@ -124,6 +128,8 @@ class EtcdStore : public Store {
   std::mutex add_mu_;           // serialises add(): one receipt per store
   uint64_t adds_ = 0;           // guarded by add_mu_: tags each add's receipt
   int64_t receipt_lease_ = 0;   // guarded by add_mu_: 0 until the first add
+  std::mutex expiring_mu_;
+  std::map<int64_t, int64_t> expiring_leases_;  // guarded by expiring_mu_: ttl in ms -> lease
 };
 
 }  // namespace gradmesh::comm

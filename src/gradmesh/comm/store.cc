@@ -36,6 +36,10 @@ bool PrefixStore::check(const std::vector<std::string>& keys) { return inner_->c
 
 bool PrefixStore::remove(const std::string& key) { return inner_->remove(full(key)); }
 
+bool PrefixStore::set_expiring(const std::string& key, const std::string& value, Millis ttl) {
+  return inner_->set_expiring(full(key), value, ttl);
+}
+
 std::string PrefixStore::describe() const { return inner_->describe() + " (keys under '" + prefix_ + "/')"; }
 
 void wait_by_polling(Store& store, const std::vector<std::string>& keys, Millis timeout) {

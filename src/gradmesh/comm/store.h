@@ -49,6 +49,14 @@ class Store {
   virtual bool remove(const std::string& key) = 0;
   // The endpoint, for messages: "file:///tmp/run/store", "redis://host:6379/0", "etcd://h1:2379,h2:2379".
   virtual std::string describe() const = 0;
+  // Sets `key` to `value` for as long as the caller calls this again within
+  // `ttl`: without a call the store itself deletes the key (etcd: a lease),
+  // so the key says its owner is alive. False, setting nothing, for a store
+  // without such keys.
+  virtual bool set_expiring(const std::string& key, const std::string& value, Millis ttl) {
+    (void)key, (void)value, (void)ttl;
+    return false;
+  }
 };
 
 // All keys of `inner` under "<prefix>/": separates runs and restart
@@ -64,6 +72,7 @@ class PrefixStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   bool remove(const std::string& key) override;
   std::string describe() const override;
+  bool set_expiring(const std::string& key, const std::string& value, Millis ttl) override;
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

@@ -15,6 +15,8 @@ using Millis = std::chrono::milliseconds;
 constexpr const char* kFailureKey = "failure";
 constexpr const char* kRecordKey = "failure_record";
 
+std::string node_lease_key(int node) { return "lease/" + std::to_string(node); }
+
 }  // namespace
 
 PeerWatch::PeerWatch(comm::Store& agent, int node_rank, int nnodes, Millis lost_after, Millis store_timeout,
@@ -52,8 +54,28 @@ std::optional<PeerFailure> PeerWatch::published_failure() {
   return f;
 }
 
+// With leases: a node whose lease key was there and is gone.
+std::optional<PeerFailure> PeerWatch::lease_expired() {
+  for (int node = 0; node < nnodes_; ++node) {
+    if (node == node_rank_ || forgotten_.count(node)) continue;
+    if (agent_.check({node_lease_key(node)})) {
+      lease_seen_.insert(node);
+      continue;
+    }
+    if (!lease_seen_.count(node)) continue;  // not supervising yet
+    PeerFailure f;
+    f.lost = true;
+    f.node = node;
+    f.reason = "node " + std::to_string(node) + "'s launcher stopped responding (its lease in the store expired: " +
+               "not renewed for " + seconds_text(lost_after_) + ")";
+    return f;
+  }
+  return std::nullopt;
+}
+
 std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
   if (lost_after_.count() <= 0) return std::nullopt;
+  if (leases_) return lease_expired();
   for (int node = 0; node < nnodes_; ++node) {
     if (node == node_rank_ || forgotten_.count(node) || !agent_.check({node_alive_key(node)})) continue;  // not supervising yet
     const std::string value = agent_.get(node_alive_key(node), Millis{1000});
@@ -73,6 +95,8 @@ std::optional<PeerFailure> PeerWatch::lost_node(Clock::time_point now) {
 std::optional<PeerFailure> PeerWatch::poll(Clock::time_point now) {
   try {
     agent_.set(node_alive_key(node_rank_), std::to_string(++beats_));
+    if (leases_ && lost_after_.count() > 0)
+      leases_ = agent_.set_expiring(node_lease_key(node_rank_), std::to_string(beats_), lost_after_);
     if (outage_since_) store_back(now);
     if (keep_published_) keep_published_();
     if (std::optional<PeerFailure> f = published_failure()) return f;

@@ -8,6 +8,12 @@
 //   alive/<node>   a counter each launcher bumps every poll (~0.5 s); a node
 //                  whose counter stopped for the timeout lost its launcher
 //                  (killed, or its machine is gone)
+//   lease/<node>   on a store with expiring keys (etcd: a lease of the
+//                  timeout, renewed every poll): the store itself deletes it
+//                  when the launcher stops renewing it, and a node whose key
+//                  was there and is gone is lost. The store judges, not each
+//                  launcher's clock; the counters then only serve rank
+//                  assignment (rank_assignment.h)
 // Every "stopped for" is measured on this launcher's own steady clock.
 //
 // The store may be unreachable for a while (a dropped connection, a restarted
@@ -66,6 +72,7 @@ class PeerWatch {
  private:
   std::optional<PeerFailure> published_failure();
   std::optional<PeerFailure> lost_node(Clock::time_point now);
+  std::optional<PeerFailure> lease_expired();
   std::optional<PeerFailure> store_trouble(const std::string& why, Clock::time_point now);
   void store_back(Clock::time_point now);
 
@@ -83,6 +90,8 @@ class PeerWatch {
   std::optional<Clock::time_point> outage_since_;  // the first failed poll of the current outage
   std::map<int, Seen> seen_;
   std::set<int> forgotten_;
+  bool leases_ = true;         // the store keeps expiring keys (until it says it does not)
+  std::set<int> lease_seen_;   // nodes whose lease key was there once
 };
 
 }  // namespace gradmesh::elastic
