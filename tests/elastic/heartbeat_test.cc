@@ -55,6 +55,20 @@ TEST(HeartbeatPublisher, WritesStepsAndProgress) {
   }
 }
 
+// What a worker published once (the metrics path) comes back after the
+// store lost it, within ten beats.
+TEST(HeartbeatPublisher, KeptKeysComeBackWhenTheStoreLosesThem) {
+  testing::TempDir dir;
+  auto store = std::make_shared<comm::FileStore>(dir.path());
+  HeartbeatPublisher publisher(store, "job", 0, 0, milliseconds(5));
+  store->set("job/metrics_path", "/runs/a/metrics.jsonl");
+  publisher.keep_published("job/metrics_path", "/runs/a/metrics.jsonl");
+  ASSERT_TRUE(store->remove("job/metrics_path"));  // as a Redis restart without persistence loses it
+  for (int i = 0; i < 2000 && !store->check({"job/metrics_path"}); ++i) std::this_thread::sleep_for(milliseconds(2));
+  ASSERT_TRUE(store->check({"job/metrics_path"})) << "the kept key never came back";
+  EXPECT_EQ(store->get("job/metrics_path"), "/runs/a/metrics.jsonl");
+}
+
 TEST(HeartbeatPublisher, FromEnvironment) {
   testing::TempDir dir;
   auto store = std::make_shared<comm::FileStore>(dir.path());

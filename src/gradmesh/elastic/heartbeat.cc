@@ -53,6 +53,11 @@ void HeartbeatPublisher::set_step(int64_t step) {
 
 void HeartbeatPublisher::touch() { progress_.fetch_add(1); }
 
+void HeartbeatPublisher::keep_published(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kept_.emplace_back(key, value);
+}
+
 void HeartbeatPublisher::publish() {
   try {
     store_->set(key_, format_heartbeat(Heartbeat{step_.load(), ++beat_, progress_.load()}));
@@ -64,10 +69,19 @@ void HeartbeatPublisher::publish() {
 }
 
 void HeartbeatPublisher::run() {
+  constexpr int64_t kKeptEvery = 10;  // beats between the checks of the kept keys
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    const std::vector<std::pair<std::string, std::string>> kept = beat_ % kKeptEvery == 0 ? kept_ : decltype(kept_){};
     lock.unlock();
     publish();
+    for (const auto& [key, value] : kept) {
+      try {
+        if (!store_->check({key})) store_->set(key, value);
+      } catch (const Error&) {
+        // The store is away: the heartbeat's own warning said so; next time.
+      }
+    }
     lock.lock();
   }
 }

@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/comm/store.h"
 
@@ -51,6 +53,9 @@ class HeartbeatPublisher {
   void set_step(int64_t step);
   // Alive and progressing without a new step (evaluation, checkpointing).
   void touch();
+  // Writes `key` = `value` again, every tenth beat, whenever the store lost it
+  // (a store restarted without its data): what this worker published once.
+  void keep_published(const std::string& key, const std::string& value);
 
   // A publisher for this worker when it was started by `gradmesh launch`
   // (GRADMESH_RUN_ID set), else nullptr. Reads GRADMESH_GENERATION, RANK and
@@ -70,6 +75,7 @@ class HeartbeatPublisher {
   int64_t beat_ = 0;
   bool warned_ = false;
   std::mutex mutex_;
+  std::vector<std::pair<std::string, std::string>> kept_;  // guarded by mutex_
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;

@@ -70,6 +70,7 @@ void RunResilience::started(int64_t step, obs::JsonlWriter* metrics) {
 
 void RunResilience::publish_metrics_path(const std::string& path) {
   if (!launched_) return;
+  metrics_path_ = path;
   try {
     elastic::publish_metrics_path(*store_, env_.run_id, path);
   } catch (const Error& e) {
@@ -81,7 +82,10 @@ void RunResilience::stepped(int64_t step) {
   // The first beat comes with the first step: loading data and meeting the
   // other ranks take as long as they take (collective timeouts bound them),
   // while the launcher judges silence only after a worker's first beat.
-  if (!heartbeat_ && launched_) heartbeat_ = publisher();
+  if (!heartbeat_ && launched_) {
+    heartbeat_ = publisher();
+    if (!metrics_path_.empty()) heartbeat_->keep_published(elastic::metrics_path_key(env_.run_id), metrics_path_);
+  }
   if (heartbeat_) heartbeat_->set_step(step);
   report_restart();
 }

@@ -63,6 +63,7 @@ class RunResilience {
   std::optional<elastic::RestartRecord> pending_;  // reported after the first step of this generation
   int64_t restart_step_ = 0;
   obs::JsonlWriter* metrics_ = nullptr;
+  std::string metrics_path_;  // rank 0: what publish_metrics_path() published, kept by the heartbeat
 
   void report_restart();
 };
