@@ -329,7 +329,13 @@ class Supervisor {
   // without the steps a fast run trained since the last one. A hang this
   // read finds is left to the next regular poll.
   void refresh_last_step() {
-    if (monitor_) monitor_->poll(watched_workers(), generation_, Clock::now());
+    if (!monitor_) return;
+    std::vector<WatchedWorker> watched = watched_workers();
+    if (cause_ == Cause::kWorker && !shrunk_) {  // the failed worker's last beat counts too: its steps are lost
+      const auto it = spawned_in_.find(failed_.rank);
+      watched.push_back(WatchedWorker{failed_.rank, failed_.pid, it == spawned_in_.end() ? settings_.generation : it->second});
+    }
+    monitor_->poll(watched, generation_, Clock::now());
   }
   // The highest step any worker reported.
   int64_t last_step() const { return monitor_ ? monitor_->last_step() : -1; }
