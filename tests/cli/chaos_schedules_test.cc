@@ -158,52 +158,35 @@ std::string launch_flags(const Schedule& s, const std::string& endpoint, int nod
   return flags;
 }
 
-void ChaosSchedules::run(const Schedule& s) {
-  SCOPED_TRACE(s.describe());
-  TempDir dir;
-  std::unique_ptr<RedisServer> redis;
-  std::unique_ptr<EtcdCluster> etcd;
-  // etcd's own election timing (the store tests' cluster halves it): on two
-  // busy cores, halved timeouts elect a new leader every few seconds.
-  if (s.etcd)
-    etcd = std::make_unique<EtcdCluster>(
-        3, EtcdTlsFiles{}, std::vector<std::string>{"--heartbeat-interval", "100", "--election-timeout", "1000"});
-  else redis = std::make_unique<RedisServer>("");
-  const std::string endpoint = s.etcd ? etcd->endpoint() : redis->endpoint();
-  const std::string id = "chaos" + std::to_string(s.seed);
-  std::vector<NodeProcess> nodes;
-  auto start_node = [&](int index) {
-    NodeProcess n;
-    n.index = index;
-    n.log = "node" + std::to_string(index) + "_" + std::to_string(nodes.size());
-    n.launcher = spawn_launcher(launch_flags(s, endpoint, index, id), chaos_workload(id), dir.path(), n.log);
-    nodes.push_back(n);
-  };
-  for (int i = 0; i < kNodes; ++i) start_node(i);
-  // The node at `index`, or the first live one when that node is gone for good.
-  auto live_node = [&](int index) -> NodeProcess* {
-    for (NodeProcess& n : nodes)
-      if (n.index == index && !n.killed) return &n;
-    for (NodeProcess& n : nodes)
-      if (!n.killed) return &n;
-    return nullptr;
-  };
-  auto all_logs = [&] {
-    std::string text;
-    for (const NodeProcess& n : nodes) text += "--- " + n.log + "\n" + read_text(dir.file(n.log + ".err"));
-    return text;
-  };
+// One schedule's processes and what they must end with.
+class ChaosRun {
+ public:
+  explicit ChaosRun(const Schedule& s) : s_(s), id_("chaos" + std::to_string(s.seed)) {
+    // etcd's own election timing (the store tests' cluster halves it): on two
+    // busy cores, halved timeouts elect a new leader every few seconds.
+    if (s.etcd)
+      etcd_ = std::make_unique<EtcdCluster>(
+          3, EtcdTlsFiles{}, std::vector<std::string>{"--heartbeat-interval", "100", "--election-timeout", "1000"});
+    else
+      redis_ = std::make_unique<RedisServer>("");
+    endpoint_ = s.etcd ? etcd_->endpoint() : redis_->endpoint();
+    for (int i = 0; i < kNodes; ++i) start_node(i);
+  }
+  // A schedule that failed midway leaves no launcher or worker behind.
+  ~ChaosRun() {
+    for (NodeProcess& n : nodes_) {
+      if (n.killed || n.exit_code != -2) continue;
+      for (pid_t w : children_of(n.launcher)) ::kill(w, SIGKILL);
+      ::kill(n.launcher, SIGKILL);
+      wait_exit(n.launcher, 10s);
+    }
+  }
 
-  const std::string checkpoints = dir.file("runs/" + id + "/checkpoints");
-  int expected_restarts = 0;
-  std::vector<int> blamed_nodes;  // from node kills: the node rank each one had
-  std::vector<int> blamed_ranks;  // from worker kills and stops: the worker's rank
-  bool store_gone = false, shrunk = false;
-  std::mt19937 rng(static_cast<uint32_t>(s.seed) * 7919u);
-  for (const PlannedFault& f : s.faults) {
-    ASSERT_TRUE(wait_for_checkpoint(checkpoints, f.after_step, 240s)) << "no checkpoint of step " << f.after_step
-                                                                      << "\n" << all_logs();
-    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
+  // Waits for the fault's checkpoint, then injects it.
+  void inject(const PlannedFault& f) {
+    ASSERT_TRUE(wait_for_checkpoint(dir_.file("runs/" + id_ + "/checkpoints"), f.after_step, 240s))
+        << "no checkpoint of step " << f.after_step << "\n" << all_logs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng_() % 200));
     NodeProcess* node = live_node(f.target);
     ASSERT_NE(node, nullptr);
     // A node between two generations has no worker for a moment.
@@ -212,98 +195,159 @@ void ChaosSchedules::run(const Schedule& s) {
       std::this_thread::sleep_for(50ms);
       workers = children_of(node->launcher);
     }
+    if (f.kind == Fault::kNodeKill || f.kind == Fault::kWorkerKill || f.kind == Fault::kWorkerStop) {
+      ASSERT_FALSE(workers.empty()) << all_logs();
+    }
     switch (f.kind) {
-      case Fault::kNodeKill: {
-        ASSERT_FALSE(workers.empty()) << all_logs();
-        blamed_nodes.push_back(environment_number(workers[0], "GROUP_RANK"));  // the node rank it runs as
+      case Fault::kNodeKill:
+        blamed_nodes_.push_back(environment_number(workers[0], "GROUP_RANK"));  // the node rank it runs as
         ::kill(node->launcher, SIGKILL);
         for (pid_t w : workers) ::kill(w, SIGKILL);
         node->exit_code = wait_exit(node->launcher, 10s);
         node->killed = true;
-        ++expected_restarts;
+        ++expected_restarts_;
         if (f.node_returns) {
           std::this_thread::sleep_for(500ms);
           start_node(f.target);
         } else {
-          shrunk = true;
+          shrunk_ = true;
         }
         break;
-      }
       case Fault::kWorkerKill:
       case Fault::kWorkerStop:
-        ASSERT_FALSE(workers.empty()) << all_logs();
-        blamed_ranks.push_back(rank_of(workers[0]));
+        blamed_ranks_.push_back(rank_of(workers[0]));
         ::kill(workers[0], f.kind == Fault::kWorkerKill ? SIGKILL : SIGSTOP);
-        ++expected_restarts;
+        ++expected_restarts_;
         break;
       case Fault::kStoreBlip:
-        if (s.etcd) {
-          const int member = static_cast<int>(rng() % 3);
-          etcd->kill(member);
-          std::this_thread::sleep_for(1s);
-          etcd->restart(member);
-        } else if (rng() % 2 == 0) {
-          redis->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
-        } else {
-          redis->restart();  // no persistence: every key is gone
-        }
+        store_blip();
         break;
       case Fault::kStoreGone:
-        redis->stop();
-        store_gone = true;
+        redis_->stop();
+        store_gone_ = true;
         break;
     }
   }
 
-  for (NodeProcess& n : nodes)
-    if (!n.killed) n.exit_code = wait_exit(n.launcher, 240s);
-  const std::string logs = all_logs();
-  const std::string weights = dir.file("runs/" + id + "/model.safetensors");
-  for (const NodeProcess& n : nodes) {
-    if (n.killed) continue;
-    if (n.exit_code == 0) {
-      EXPECT_TRUE(fs::exists(weights)) << n.log << " exited 0 without the final weights\n" << logs;
+  // Every live launcher's exit, the weights, the restarts and the summary.
+  void check_outcome(const std::string& baseline) {
+    for (NodeProcess& n : nodes_)
+      if (!n.killed) n.exit_code = wait_exit(n.launcher, 240s);
+    const std::string logs = all_logs();
+    const std::string weights = dir_.file("runs/" + id_ + "/model.safetensors");
+    for (const NodeProcess& n : nodes_) {
+      if (n.killed) continue;
+      if (n.exit_code == 0) {
+        EXPECT_TRUE(fs::exists(weights)) << n.log << " exited 0 without the final weights\n" << logs;
+      }
+      if (store_gone_) {
+        EXPECT_EQ(n.exit_code, 1) << n.log << "\n" << logs;
+        EXPECT_NE(read_text(dir_.file(n.log + ".err")).find("the store redis://127.0.0.1:" + std::to_string(redis_->port())),
+                  std::string::npos)
+            << n.log << " does not name the store\n" << logs;
+      } else {
+        EXPECT_EQ(n.exit_code, 0) << n.log << "\n" << logs;
+      }
     }
-    if (store_gone) {
-      EXPECT_EQ(n.exit_code, 1) << n.log << "\n" << logs;
-      EXPECT_NE(read_text(dir.file(n.log + ".err")).find("the store redis://127.0.0.1:" + std::to_string(redis->port())),
-                std::string::npos)
-          << n.log << " does not name the store\n" << logs;
+    if (store_gone_) {
+      EXPECT_FALSE(fs::exists(weights)) << "the run cannot have finished";
+      return;
+    }
+    ASSERT_TRUE(fs::exists(weights)) << logs;
+    check_records(logs);
+    if (shrunk_) {
+      // Two ranks from the restart on: the same global batches, summed in another order.
+      EXPECT_LT(relative_difference(weights_of(weights), weights_of(baseline)), 1e-4) << logs;
     } else {
-      EXPECT_EQ(n.exit_code, 0) << n.log << "\n" << logs;
+      EXPECT_TRUE(read_text(weights) == read_text(baseline)) << "weights differ from the uninterrupted run\n" << logs;
     }
   }
-  if (store_gone) {
-    EXPECT_FALSE(fs::exists(weights)) << "the run cannot have finished";
-    return;
+
+ private:
+  void start_node(int index) {
+    NodeProcess n;
+    n.index = index;
+    n.log = "node" + std::to_string(index) + "_" + std::to_string(nodes_.size());
+    n.launcher = spawn_launcher(launch_flags(s_, endpoint_, index, id_), chaos_workload(id_), dir_.path(), n.log);
+    nodes_.push_back(n);
   }
-  ASSERT_TRUE(fs::exists(weights)) << logs;
-  const std::string metrics = dir.file("runs/" + id + "/metrics.jsonl");
-  const std::vector<nlohmann::json> restarts = events(metrics, "restart");
-  EXPECT_EQ(static_cast<int>(restarts.size()), expected_restarts) << "a store blip must cost no restart\n" << logs;
-  for (int node_rank : blamed_nodes) {
-    bool named = false;
-    for (const nlohmann::json& r : restarts) named = named || r.value("failed_node", -2) == node_rank;
-    EXPECT_TRUE(named) << "no restart record names the killed node " << node_rank << "\n" << logs;
+
+  // The node at `index`, or the first live one when that node is gone for good.
+  NodeProcess* live_node(int index) {
+    for (NodeProcess& n : nodes_)
+      if (n.index == index && !n.killed) return &n;
+    for (NodeProcess& n : nodes_)
+      if (!n.killed) return &n;
+    return nullptr;
   }
-  for (int rank : blamed_ranks) {
-    bool named = false;
-    for (const nlohmann::json& r : restarts) named = named || r.value("failed_rank", -2) == rank;
-    EXPECT_TRUE(named) << "no restart record names the killed or stopped rank " << rank << "\n" << logs;
+
+  std::string all_logs() const {
+    std::string text;
+    for (const NodeProcess& n : nodes_) text += "--- " + n.log + "\n" + read_text(dir_.file(n.log + ".err"));
+    return text;
   }
-  const std::vector<nlohmann::json> summary = events(metrics, "summary");
-  ASSERT_EQ(summary.size(), 1u) << logs;
-  EXPECT_EQ(summary[0].value("steps", int64_t{0}), 1800);
-  EXPECT_EQ(summary[0].value("samples", int64_t{0}), 1800 * 96) << "the whole run's samples";
-  EXPECT_EQ(summary[0].value("restarts", -1), expected_restarts);
-  if (shrunk) {
-    // Two ranks from the restart on: the same global batches, summed in another order.
-    EXPECT_EQ(summary[0].value("world_size", 0), 2);
-    EXPECT_LT(relative_difference(weights_of(weights), weights_of(baseline_path())), 1e-4) << logs;
-  } else {
-    EXPECT_TRUE(read_text(weights) == read_text(baseline_path())) << "weights differ from the uninterrupted run\n"
-                                                                 << logs;
+
+  void store_blip() {
+    if (s_.etcd) {
+      const int member = static_cast<int>(rng_() % 3);
+      etcd_->kill(member);
+      std::this_thread::sleep_for(1s);
+      etcd_->restart(member);
+    } else if (rng_() % 2 == 0) {
+      redis_->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+    } else {
+      redis_->restart();  // no persistence: every key is gone
+    }
   }
+
+  // One restart per process fault, none per store blip; each names what was hit.
+  void check_records(const std::string& logs) {
+    const std::string metrics = dir_.file("runs/" + id_ + "/metrics.jsonl");
+    const std::vector<nlohmann::json> restarts = events(metrics, "restart");
+    EXPECT_EQ(static_cast<int>(restarts.size()), expected_restarts_) << "a store blip must cost no restart\n" << logs;
+    const auto named = [&](const char* field, int value) {
+      for (const nlohmann::json& r : restarts)
+        if (r.value(field, -2) == value) return true;
+      return false;
+    };
+    for (int node_rank : blamed_nodes_)
+      EXPECT_TRUE(named("failed_node", node_rank)) << "no restart record names the killed node " << node_rank << "\n"
+                                                   << logs;
+    for (int rank : blamed_ranks_)
+      EXPECT_TRUE(named("failed_rank", rank)) << "no restart record names the killed or stopped rank " << rank << "\n"
+                                              << logs;
+    const std::vector<nlohmann::json> summary = events(metrics, "summary");
+    ASSERT_EQ(summary.size(), 1u) << logs;
+    EXPECT_EQ(summary[0].value("steps", int64_t{0}), 1800);
+    EXPECT_EQ(summary[0].value("samples", int64_t{0}), 1800 * 96) << "the whole run's samples";
+    EXPECT_EQ(summary[0].value("restarts", -1), expected_restarts_);
+    if (shrunk_) {
+      EXPECT_EQ(summary[0].value("world_size", 0), 2);
+    }
+  }
+
+  const Schedule& s_;
+  const std::string id_;
+  TempDir dir_;
+  std::unique_ptr<RedisServer> redis_;
+  std::unique_ptr<EtcdCluster> etcd_;
+  std::string endpoint_;
+  std::vector<NodeProcess> nodes_;
+  std::mt19937 rng_{static_cast<uint32_t>(s_.seed) * 7919u};
+  int expected_restarts_ = 0;
+  std::vector<int> blamed_nodes_;  // from node kills: the node rank each one had
+  std::vector<int> blamed_ranks_;  // from worker kills and stops: the worker's rank
+  bool store_gone_ = false, shrunk_ = false;
+};
+
+void ChaosSchedules::run(const Schedule& s) {
+  SCOPED_TRACE(s.describe());
+  ChaosRun run(s);
+  for (const PlannedFault& f : s.faults) {
+    run.inject(f);
+    if (HasFatalFailure()) return;
+  }
+  run.check_outcome(baseline_path());
 }
 
 // GRADMESH_CHAOS_SEED=N runs schedule N alone (in the test that holds it),
