@@ -98,7 +98,8 @@ TEST(Schedule, InvalidOptionsRejected) {
   ScheduleOptions cosine = make("cosine");
   cosine.warmup_steps = 100;
   cosine.total_steps = 100;
-  expect_rejected(cosine, 0.1f, "schedule.total_steps");
+  expect_rejected(cosine, 0.1f, "schedule.warmup_steps");  // total_steps is derived: no key to name
+  expect_rejected(cosine, 0.1f, "raise train.epochs");
   cosine.total_steps = 200;
   cosine.min_lr = 0.5f;
   expect_rejected(cosine, 0.1f, "schedule.min_lr");

@@ -31,10 +31,12 @@ void validate_schedule(const ScheduleOptions& o, float base_lr) {
       reject("gamma", "must be finite and > 0 (the decay factor, e.g. 0.1), got " + std::to_string(o.gamma));
   }
   if (o.kind == "cosine") {
+    // The run's step count is derived (train.epochs x steps per epoch), not a key.
     if (o.total_steps <= o.warmup_steps)
-      reject("total_steps", "the cosine schedule needs total_steps > warmup_steps, got total_steps " +
-                                std::to_string(o.total_steps) + " and warmup_steps " +
-                                std::to_string(o.warmup_steps) + "; set it to the planned number of steps");
+      reject("warmup_steps", "the cosine schedule decays over the run's " + std::to_string(o.total_steps) +
+                                 " steps (train.epochs x steps per epoch), which must be more than its " +
+                                 std::to_string(o.warmup_steps) +
+                                 " warmup steps; lower schedule.warmup_steps or raise train.epochs");
     if (!std::isfinite(o.min_lr) || o.min_lr < 0 || o.min_lr > base_lr)
       reject("min_lr", "must be in [0, base lr " + std::to_string(base_lr) + "], got " + std::to_string(o.min_lr));
   }

@@ -24,6 +24,12 @@ void check_model_fits_data(const Config& config) {
 
 void load_tokens(const Config& config, bool with_test, TrainingData& d) {
   const std::string dir = config.data.tokens;
+  // The first thing a new user of a language model meets: say how to make the set.
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "vocab.json"))
+    throw_error(ErrorKind::kConfig, "data.tokens",
+                "no token set in '" + dir + "' (no vocab.json there): make one with `gradmesh data prepare-text "
+                "--vocab char --output " + dir + "` (Debian's fortunes by default; --input FILE_OR_DIR for your "
+                "own text), or point data.tokens at a directory it wrote");
   d.tokens = data::read_token_set(dir);
   const int64_t block = config.model.block_size;
   const std::string train_file = (std::filesystem::path(dir) / "train.bin").string();
