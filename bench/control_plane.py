@@ -261,8 +261,8 @@ class EtcdCluster:
                 p.wait()
 
 
-def workers_of(pid):
-    """Every descendant of pid that runs gradmesh bench (the workers)."""
+def descendants(pid):
+    """Every descendant of pid (under a launcher: its workers); bench/multi_node_faults.py uses it too."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -340,7 +340,7 @@ def run(n, iters, workdir, lazy, store_kind, gradmesh, watch):
         reader.start()
         most = 0
         while proc.poll() is None:
-            for w in workers_of(proc.pid):
+            for w in descendants(proc.pid):
                 most = max(most, sockets(w))
             try:
                 proc.wait(timeout=0.05)

@@ -61,6 +61,8 @@ usage: bench/multi_node_faults.py [--gradmesh PATH] [--kinds a,b,...] [--repeats
 import argparse, glob, hashlib, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 import threading, urllib.request
 
+from control_plane import descendants  # the same /proc walk
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLP = os.path.join(ROOT, "examples", "mlp.toml")
 ETCD = "/usr/bin/etcd"
@@ -76,23 +78,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def descendants(pid):
-    children = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-        except (OSError, IndexError, ValueError):
-            pass
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def kill_quietly(pid, sig=signal.SIGKILL):

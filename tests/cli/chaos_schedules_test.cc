@@ -38,10 +38,14 @@ constexpr int kSchedulesPerTest = 5;
 
 // 1800 steps (12 epochs of 150 global batches of 96) of a small MLP: a few
 // seconds on three ranks, long enough for two faults and their recoveries.
+constexpr int64_t kGlobalBatch = 96, kStepsPerEpoch = 150, kEpochs = 12, kSteps = kEpochs * kStepsPerEpoch;
+
 std::string chaos_workload(const std::string& run_id) {
   return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
-         " --set model.hidden=[64,64] --set train.batch_size=96 --set data.limit_train=14400"
-         " --set data.limit_test=500 --set train.epochs=12 --set train.log_every=50 --set output.report=false"
+         " --set model.hidden=[64,64] --set train.batch_size=" + std::to_string(kGlobalBatch) +
+         " --set data.limit_train=" + std::to_string(kGlobalBatch * kStepsPerEpoch) +
+         " --set data.limit_test=500 --set train.epochs=" + std::to_string(kEpochs) +
+         " --set train.log_every=50 --set output.report=false"
          " --set output.trace_steps=0 --set checkpoint.every_steps=100 --set checkpoint.keep_last=0"
          " --set parallel.backend=gloo --set output.run_id=" + run_id + " --resume auto";
 }
@@ -318,8 +322,8 @@ class ChaosRun {
                                               << logs;
     const std::vector<nlohmann::json> summary = events(metrics, "summary");
     ASSERT_EQ(summary.size(), 1u) << logs;
-    EXPECT_EQ(summary[0].value("steps", int64_t{0}), 1800);
-    EXPECT_EQ(summary[0].value("samples", int64_t{0}), 1800 * 96) << "the whole run's samples";
+    EXPECT_EQ(summary[0].value("steps", int64_t{0}), kSteps);
+    EXPECT_EQ(summary[0].value("samples", int64_t{0}), kSteps * kGlobalBatch) << "the whole run's samples";
     EXPECT_EQ(summary[0].value("restarts", -1), expected_restarts_);
     if (shrunk_) {
       EXPECT_EQ(summary[0].value("world_size", 0), 2);

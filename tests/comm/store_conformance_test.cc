@@ -18,6 +18,7 @@
 #include "gradmesh/comm/redis_store.h"
 #include "gradmesh/comm/store.h"
 #include "gradmesh/core/error.h"
+#include "support/error_from.h"
 #include "support/temp_dir.h"
 
 namespace gradmesh::comm {
@@ -91,17 +92,6 @@ class StoreConformance : public ::testing::Test {
 using Makers = ::testing::Types<FileMaker, RedisMaker, EtcdMaker, PrefixedFileMaker>;
 TYPED_TEST_SUITE(StoreConformance, Makers);
 
-// Runs `body` and returns the Error it throws; fails the test if it does not.
-template <typename Body>
-Error error_from(Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a gradmesh::Error";
-  return Error(ErrorKind::kInternal, "no error");
-}
 
 TYPED_TEST(StoreConformance, SetThenGetReturnsLatestValue) {
   this->store_->set("config/lr", "0.1");
@@ -124,7 +114,7 @@ TYPED_TEST(StoreConformance, GetWaitsForAKeySetLaterByAnotherClient) {
 }
 
 TYPED_TEST(StoreConformance, GetTimeoutNamesTheMissingKey) {
-  Error e = error_from([&] { this->store_->get("rank/3", kShort); });
+  Error e = gradmesh::testing::error_from([&] { this->store_->get("rank/3", kShort); });
   EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();
   EXPECT_NE(std::string(e.what()).find("timed out after 40 ms waiting for key: "), std::string::npos) << e.what();
   EXPECT_NE(std::string(e.what()).find("rank/3"), std::string::npos) << e.what();
@@ -132,7 +122,7 @@ TYPED_TEST(StoreConformance, GetTimeoutNamesTheMissingKey) {
 
 TYPED_TEST(StoreConformance, WaitTimeoutNamesOnlyTheMissingKeys) {
   this->store_->set("present/one", "1");
-  Error e = error_from([&] { this->store_->wait({"present/one", "absent/two", "absent/three"}, kShort); });
+  Error e = gradmesh::testing::error_from([&] { this->store_->wait({"present/one", "absent/two", "absent/three"}, kShort); });
   std::string message = e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << message;
   EXPECT_NE(message.find("keys: "), std::string::npos) << message;
@@ -158,7 +148,7 @@ TYPED_TEST(StoreConformance, ZeroTimeoutLooksOnce) {
   this->store_->set("here", "x");
   EXPECT_EQ(this->store_->get("here", Millis{0}), "x");
   this->store_->wait({"here"}, Millis{0});
-  EXPECT_EQ(error_from([&] { this->store_->get("not-here", Millis{0}); }).kind(), ErrorKind::kTimeout);
+  EXPECT_EQ(gradmesh::testing::error_from([&] { this->store_->get("not-here", Millis{0}); }).kind(), ErrorKind::kTimeout);
 }
 
 TYPED_TEST(StoreConformance, AddStartsAtZeroAndTakesNegativeDeltas) {
@@ -191,17 +181,17 @@ TYPED_TEST(StoreConformance, AddFromManyThreadsIsAtomic) {
 
 TYPED_TEST(StoreConformance, AddToANonIntegerIsAFormatErrorNamingTheKey) {
   this->store_->set("counter/words", "twelve");
-  Error e = error_from([&] { this->store_->add("counter/words", 1); });
+  Error e = gradmesh::testing::error_from([&] { this->store_->add("counter/words", 1); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat) << e.what();
   EXPECT_NE(std::string(e.what()).find("counter/words"), std::string::npos) << e.what();
   EXPECT_EQ(this->store_->get("counter/words", kLong), "twelve");
   this->store_->set("counter/spaced", " 3");
-  EXPECT_EQ(error_from([&] { this->store_->add("counter/spaced", 1); }).kind(), ErrorKind::kFormat);
+  EXPECT_EQ(gradmesh::testing::error_from([&] { this->store_->add("counter/spaced", 1); }).kind(), ErrorKind::kFormat);
 }
 
 TYPED_TEST(StoreConformance, AddThatOverflowsIsAFormatErrorAndKeepsTheValue) {
   this->store_->set("counter/max", "9223372036854775807");
-  Error e = error_from([&] { this->store_->add("counter/max", 1); });
+  Error e = gradmesh::testing::error_from([&] { this->store_->add("counter/max", 1); });
   EXPECT_EQ(e.kind(), ErrorKind::kFormat) << e.what();
   EXPECT_NE(std::string(e.what()).find("counter/max"), std::string::npos) << e.what();
   EXPECT_EQ(this->store_->get("counter/max", kLong), "9223372036854775807");
@@ -249,7 +239,7 @@ TYPED_TEST(StoreConformance, RemoveAndCheck) {
   EXPECT_FALSE(this->store_->remove("a"));
   EXPECT_FALSE(this->store_->check({"a"}));
   EXPECT_TRUE(this->store_->check({"b"}));
-  EXPECT_EQ(error_from([&] { this->store_->get("a", kShort); }).kind(), ErrorKind::kTimeout);
+  EXPECT_EQ(gradmesh::testing::error_from([&] { this->store_->get("a", kShort); }).kind(), ErrorKind::kTimeout);
 }
 
 TYPED_TEST(StoreConformance, BinaryValuesRoundTrip) {
@@ -289,7 +279,7 @@ TYPED_TEST(StoreConformance, PrefixStoresIsolateNamespaces) {
   EXPECT_EQ(generation1->add("count", 1), 1);
   EXPECT_TRUE(generation1->remove("rank/0"));
   EXPECT_EQ(generation0->get("rank/0", kLong), "old");
-  Error e = error_from([&] { generation1->wait({"only-in-0"}, kShort); });
+  Error e = gradmesh::testing::error_from([&] { generation1->wait({"only-in-0"}, kShort); });
   EXPECT_NE(std::string(e.what()).find("run-a/1/only-in-0"), std::string::npos) << e.what();
   EXPECT_NE(generation1->describe().find("run-a/1/"), std::string::npos) << generation1->describe();
 }

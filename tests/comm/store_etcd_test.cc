@@ -20,6 +20,7 @@
 #include "gradmesh/comm/etcd_store.h"
 #include "gradmesh/comm/store.h"
 #include "gradmesh/core/error.h"
+#include "support/error_from.h"
 #include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
@@ -33,17 +34,6 @@ using gradmesh::testing::TempDir;
 constexpr Millis kEtcdRequest{3000};        // connection and request timeout of the stores under test
 constexpr Millis kEtcdRetryWindow{15'000};  // rides out an election after a killed leader
 
-// The Error `body` throws; fails the test if it throws none.
-template <typename Body>
-Error etcd_error_from(Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a gradmesh::Error";
-  return Error(ErrorKind::kInternal, "no error");
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -104,13 +94,13 @@ TEST(EtcdEndpoint, RejectsMalformedEndpointsSayingWhatWasExpected) {
       {seventeen, "17 members; at most 16"},
   };
   for (const auto& [endpoint, explanation] : cases) {
-    Error e = etcd_error_from([&] { parse_store_endpoint(endpoint); });
+    Error e = gradmesh::testing::error_from([&] { parse_store_endpoint(endpoint); });
     const std::string message = e.what();
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << message;
     EXPECT_TRUE(contains(message, "etcd://[user:password@]host:port[,host:port...]")) << message;
     EXPECT_TRUE(contains(message, explanation)) << endpoint << " -> " << message;
   }
-  Error e = etcd_error_from([&] { parse_store_endpoint("etcd://trainer:hunter2-etcd@h1:abc"); });
+  Error e = gradmesh::testing::error_from([&] { parse_store_endpoint("etcd://trainer:hunter2-etcd@h1:abc"); });
   EXPECT_FALSE(contains(e.what(), "hunter2")) << e.what();
 }
 
@@ -120,7 +110,7 @@ TEST(EtcdStoreWithoutCluster, NoMemberAnsweringIsACommErrorNamingEveryMember) {
   std::vector<HostPort> members;
   for (int i = 0; i < 3; ++i) members.push_back({"127.0.0.1", EtcdCluster::unused_loopback_port()});
   const std::string cluster = describe_etcd(members, false);
-  Error e = etcd_error_from([&] { EtcdStore store(etcd_test_options(members)); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(etcd_test_options(members)); });
   std::string message = e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << message;
   EXPECT_TRUE(contains(message, "cannot reach any etcd member of " + cluster + ": ")) << message;
@@ -128,7 +118,7 @@ TEST(EtcdStoreWithoutCluster, NoMemberAnsweringIsACommErrorNamingEveryMember) {
     EXPECT_TRUE(contains(message, describe_etcd({m}, false) + ": cannot connect")) << message;
 
   // Within a retry window, the message says how long it tried.
-  e = etcd_error_from([&] { EtcdStore store(etcd_test_options(members, Millis{300})); });
+  e = gradmesh::testing::error_from([&] { EtcdStore store(etcd_test_options(members, Millis{300})); });
   message = e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << message;
   EXPECT_TRUE(contains(message, "(the store timeout is 0.3 s)")) << message;
@@ -138,11 +128,11 @@ TEST(EtcdStoreWithoutCluster, OpenStoreChecksCredentialsAndTlsSettings) {
   const std::string port = std::to_string(EtcdCluster::unused_loopback_port());
   {
     ScopedEnv ca("GRADMESH_ETCD_CACERT", "/etc/ssl/certs/ca-certificates.crt");
-    Error e = etcd_error_from([&] { open_store("etcd://127.0.0.1:" + port, kEtcdRequest, Millis{0}); });
+    Error e = gradmesh::testing::error_from([&] { open_store("etcd://127.0.0.1:" + port, kEtcdRequest, Millis{0}); });
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     EXPECT_TRUE(contains(e.what(), "write etcds:// to use TLS")) << e.what();
   }
-  Error e = etcd_error_from([&] { open_store("etcd://:lonely-pw@127.0.0.1:" + port, kEtcdRequest, Millis{0}); });
+  Error e = gradmesh::testing::error_from([&] { open_store("etcd://:lonely-pw@127.0.0.1:" + port, kEtcdRequest, Millis{0}); });
   EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
   EXPECT_TRUE(contains(e.what(), "a password without a user")) << e.what();
   EXPECT_FALSE(contains(e.what(), "lonely-pw")) << e.what();
@@ -309,7 +299,7 @@ TEST_F(EtcdStoreTest, AKeyOnALeaseThatIsNotKeptAliveDisappears) {
   EXPECT_TRUE(poll_until(Millis{20'000}, [&] { return !store.check({"heartbeat/0"}); }))
       << "the key outlived its lease";
   EXPECT_TRUE(store.check({"plain"}));
-  Error e = etcd_error_from([&] { store.keep_alive(lease); });
+  Error e = gradmesh::testing::error_from([&] { store.keep_alive(lease); });
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   EXPECT_TRUE(contains(e.what(), "lease " + std::to_string(lease) + " has expired")) << e.what();
 }
@@ -328,7 +318,7 @@ TEST_F(EtcdStoreTest, KeepAliveHoldsALeasedKeyAndRevokeDeletesIt) {
   store.revoke_lease(lease);
   EXPECT_FALSE(store.check({"heartbeat/1"}));
   store.revoke_lease(lease);  // already ended: not an error
-  Error e = etcd_error_from([&] { store.set_with_lease("heartbeat/1", "late", lease); });
+  Error e = gradmesh::testing::error_from([&] { store.set_with_lease("heartbeat/1", "late", lease); });
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   EXPECT_TRUE(contains(e.what(), "lease not found")) << e.what();
   EXPECT_FALSE(store.check({"heartbeat/1"}));
@@ -369,7 +359,7 @@ class CannedHttpServer {
 TEST(EtcdStoreWithoutCluster, AReplyThatIsNotJsonNamesTheMemberAndTheCall) {
   CannedHttpServer garbage(200, "<html>surprise</html>");
   const std::string member = "etcd://127.0.0.1:" + std::to_string(garbage.port());
-  Error e = etcd_error_from([&] { EtcdStore store(etcd_test_options({{"127.0.0.1", garbage.port()}})); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(etcd_test_options({{"127.0.0.1", garbage.port()}})); });
   const std::string message = e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << message;
   EXPECT_TRUE(contains(message, member + ": the first request: the reply is not a JSON object (HTTP 200")) << message;
@@ -380,11 +370,11 @@ TEST(EtcdStoreWithoutCluster, AReplyLackingItsFieldsIsACommErrorNotACrash) {
   for (const char* body : {R"({"kvs":"not-an-array"})", R"({"kvs":[{"value":"not base64!"}]})", R"({"kvs":[7]})"}) {
     CannedHttpServer odd(200, body);
     EtcdStore store(etcd_test_options({{"127.0.0.1", odd.port()}}));
-    Error e = etcd_error_from([&] { store.get("rank/0", kEtcdRequest); });
+    Error e = gradmesh::testing::error_from([&] { store.get("rank/0", kEtcdRequest); });
     EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
     EXPECT_TRUE(contains(e.what(), "unexpected reply to range 'rank/0'")) << e.what();
-    EXPECT_EQ(etcd_error_from([&] { store.add("n", 1); }).kind(), ErrorKind::kComm);
-    EXPECT_EQ(etcd_error_from([&] { store.grant_lease(Millis{1000}); }).kind(), ErrorKind::kComm);
+    EXPECT_EQ(gradmesh::testing::error_from([&] { store.add("n", 1); }).kind(), ErrorKind::kComm);
+    EXPECT_EQ(gradmesh::testing::error_from([&] { store.grant_lease(Millis{1000}); }).kind(), ErrorKind::kComm);
   }
 }
 
@@ -449,7 +439,7 @@ TEST_F(EtcdAuthTest, AUserGetsInWithThePasswordFromTheEndpointTheEnvironmentOrAF
 }
 
 TEST_F(EtcdAuthTest, AWrongPasswordIsRefusedWithoutEchoingIt) {
-  Error e = etcd_error_from([&] { EtcdStore store(trainer_options("not-the-pw-4b1")); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(trainer_options("not-the-pw-4b1")); });
   const std::string message = e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << message;
   EXPECT_TRUE(contains(message, describe_etcd({cluster_->members()[0]}, false) +
@@ -461,7 +451,7 @@ TEST_F(EtcdAuthTest, AWrongPasswordIsRefusedWithoutEchoingIt) {
 }
 
 TEST_F(EtcdAuthTest, NoUserAgainstAProtectedClusterSaysWhatToSet) {
-  Error e = etcd_error_from([&] { EtcdStore store(etcd_test_options(cluster_->members())); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(etcd_test_options(cluster_->members())); });
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   EXPECT_TRUE(contains(e.what(), "the cluster requires authentication")) << e.what();
   EXPECT_TRUE(contains(e.what(), "GRADMESH_ETCD_USER")) << e.what();
@@ -548,19 +538,19 @@ TEST_F(EtcdTlsTest, WithoutTheClientCertificateOrTheCaTheMemberIsNotReached) {
   EtcdOptions no_cert = etcd_test_options(cluster_->members());
   no_cert.tls = true;
   no_cert.ca_file = pki_->file("ca.pem");
-  EXPECT_EQ(etcd_error_from([&] { EtcdStore store(no_cert); }).kind(), ErrorKind::kComm);
+  EXPECT_EQ(gradmesh::testing::error_from([&] { EtcdStore store(no_cert); }).kind(), ErrorKind::kComm);
 
   EtcdOptions wrong_ca = no_cert;
   wrong_ca.ca_file = pki_->file("client.pem");  // not the CA that signed the member's certificate
   wrong_ca.cert_file = pki_->file("client.pem");
   wrong_ca.key_file = pki_->file("client.key");
-  Error e = etcd_error_from([&] { EtcdStore store(wrong_ca); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(wrong_ca); });
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   EXPECT_TRUE(contains(e.what(), "etcds://" + cluster_->hosts())) << e.what();
 }
 
 TEST_F(EtcdTlsTest, PlainHttpToATlsMemberSaysToUseEtcds) {
-  Error e = etcd_error_from([&] { EtcdStore store(etcd_test_options(cluster_->members())); });
+  Error e = gradmesh::testing::error_from([&] { EtcdStore store(etcd_test_options(cluster_->members())); });
   EXPECT_EQ(e.kind(), ErrorKind::kComm) << e.what();
   EXPECT_TRUE(contains(e.what(), "a member that serves TLS closes plain connections: etcds://")) << e.what();
 }

@@ -62,7 +62,9 @@ TEST_F(ControlPlane, ARestartedStoreIsWaitedOutAndItsKeysComeBack) {
   ASSERT_TRUE(both_ready()) << a.err() << b.err();
   server_->restart();  // no persistence: every key is gone
   // The launchers put back what they own within a poll or two.
-  for (int i = 0; i < 100 && server_->command({"EXISTS", "reborn/0/agent/node/1/nproc"}) != "1"; ++i)
+  for (int i = 0; i < 200 && server_->command({"EXISTS", "reborn/0/agent/node/0/nproc", "reborn/0/agent/node/1/nproc",
+                                               "reborn/generation"}) != "3";
+       ++i)
     std::this_thread::sleep_for(milliseconds(50));
   EXPECT_EQ(server_->command({"GET", "reborn/0/agent/node/0/nproc"}), "1");
   EXPECT_EQ(server_->command({"GET", "reborn/0/agent/node/1/nproc"}), "1");

@@ -101,10 +101,14 @@ class Supervisor {
       return std::none_of(hung_.begin(), hung_.end(), [](const HungWorker& h) { return h.heartbeat_stopped; });
     return false;
   }
-  // An exit that the stop this launcher began explains.
+  // An exit that the stop signal this launcher sent explains.
   bool stopped_by_us(const WorkerExit& exit) const {
     const int code = shell_exit_code(exit.wait_status);
-    return code == 128 + stop_signal_ || (killed_ && code == 128 + SIGKILL) || code == kStoppedByAnotherRankExitCode;
+    return code == 128 + stop_signal_ || (killed_ && code == 128 + SIGKILL);
+  }
+  // A lost node cannot report itself: this node reports the loss as the failure.
+  void publish_loss() {
+    peers_->publish_failure(peer_.exit_code, peer_.reason, restart_record_json(outcome().record));
   }
 
   // A worker failed after a collective or store call failed, or waits in
@@ -125,7 +129,7 @@ class Supervisor {
     peer_ = *failure;
     if (cause_ == Cause::kSignal) return;  // told to stop meanwhile: that stays the verdict
     cause_ = peer_.store_lost ? Cause::kStore : Cause::kPeer;
-    if (peer_.lost) peers_->publish_failure(peer_.exit_code, peer_.reason, restart_record_json(outcome().record));
+    if (peer_.lost) publish_loss();
   }
 
   void on_worker_exit(const WorkerExit& exit) {
@@ -272,13 +276,8 @@ class Supervisor {
     failure_unix_ms_ = unix_millis();
     if (peer_.store_lost) return begin_stop(Cause::kStore, SIGTERM);  // nobody can be told: every node sees it
     if (peer_.lost && try_shrink(peer_.node)) return;
-    if (peer_.lost) {
-      // Nobody else will tell the job: this node publishes the loss as its own failure.
-      begin_stop(Cause::kPeer, SIGTERM);
-      peers_->publish_failure(peer_.exit_code, peer_.reason, restart_record_json(outcome().record));
-    } else {
-      begin_stop(Cause::kPeer, SIGTERM);
-    }
+    begin_stop(Cause::kPeer, SIGTERM);
+    if (peer_.lost) publish_loss();
   }
 
   // On several nodes, another node may replace one of its workers in place:
