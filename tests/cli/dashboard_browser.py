@@ -155,6 +155,9 @@ def wide_events():
 def wide(source, screenshot):
     from selenium.webdriver.common.by import By
     page = open(os.path.join(source, "src/gradmesh/obs/dashboard.html"), "rb").read()
+    # The served page carries the shared chart renderer where the server puts it (obs/dashboard_page.cc).
+    page = page.replace(b"/* charts.js is inlined here (obs/dashboard_page.cc) */",
+                        open(os.path.join(source, "src/gradmesh/obs/charts.js"), "rb").read())
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):

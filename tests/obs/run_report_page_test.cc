@@ -2,11 +2,13 @@
 // the restart timeline, per-rank heatmaps (grouped past 32 ranks), readable
 // axes, and the two-run comparison.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
 #include "gradmesh/obs/run_exposition.h"
 #include "gradmesh/obs/run_report_page.h"
+#include "obs/chart_page.h"
 
 namespace gradmesh::obs {
 namespace {
@@ -65,8 +67,57 @@ TEST(RunReportPage, HasTheCostTableTimelineHeatmapsAndFacts) {
   EXPECT_NE(page.find("Restarts, checkpoints and warnings over time"), std::string::npos);
   EXPECT_NE(page.find("rank 1 failed (killed by signal 9)"), std::string::npos);
   EXPECT_NE(page.find("Step time per rank over the run"), std::string::npos);
-  EXPECT_EQ(page.find("e+0"), std::string::npos) << "no exponent on any axis";
-  EXPECT_EQ(page.find("<script"), std::string::npos);
+  // The charts are the page's data, once, for the one inlined renderer.
+  EXPECT_EQ(gradmesh::testing::occurrences(page, charts_js()), 1u);
+  const std::string json = gradmesh::testing::chart_page_data(page);
+  ASSERT_TRUE(nlohmann::json::accept(json)) << json;
+  const nlohmann::json charts = nlohmann::json::parse(json)["charts"];
+  std::vector<std::string> kinds;
+  for (const nlohmann::json& chart : charts) kinds.push_back(chart["kind"]);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"line", "line", "line", "line", "timeline", "bars", "heatmap", "heatmap",
+                                             "heatmap"}));
+  EXPECT_EQ(charts[0]["title"], "Training loss");
+  EXPECT_EQ(charts[0]["series"][0]["name"], "train loss");
+  EXPECT_EQ(charts[0]["series"][0]["points"].size(), 10u);
+  EXPECT_EQ(charts[0]["series"][0]["points"][9], nlohmann::json::parse("[500.0, 0.1, 0]"));
+  EXPECT_EQ(charts[1]["series"][0]["points"][1], nlohmann::json::parse("[2.0, 0.85, 0]")) << "epoch 2's accuracy";
+  EXPECT_TRUE(charts[1]["y"]["percent"].get<bool>());
+  EXPECT_EQ(charts[2]["y"]["unit"], "samples/s");
+  const nlohmann::json& timeline = charts[4];
+  ASSERT_EQ(timeline["marks"].size(), 2u);
+  EXPECT_EQ(timeline["marks"][1]["kind"], "restart");
+  EXPECT_EQ(timeline["marks"][1]["t"], 6.0);
+  EXPECT_EQ(timeline["marks"][1]["text"], "generation 1: rank 1 failed (killed by signal 9)");
+  EXPECT_EQ(charts[6]["rows"][2]["values"][0], 0.1 + 2.0 + 1.0 + 0.3 + 0.1) << "the slow rank's row";
+}
+
+TEST(RunReportPage, RedoneStepsAreALaterGenerationAndTheRestartIsMarkedWhereTrainingResumed) {
+  RunLog log = sample_log(2, -1);
+  // The killed generation logged steps 300..500; the restarted one resumed
+  // at 250 and logs 300.. again. The run log keeps a restart line's
+  // resumed_at_step in the event's text.
+  for (int i = 6; i <= 8; ++i) {
+    StepRecord s = log.steps[static_cast<size_t>(i - 1)];
+    s.time += 10, s.loss = 0.01 * i;
+    log.steps.push_back(s);
+  }
+  log.events = {{RunEvent::Kind::kResume, 1010, 250, "resumed from the checkpoint of step 250"},
+                {RunEvent::Kind::kRestart, 1010, 0,
+                 "generation 1: rank 1 failed (killed by signal 9), resumed at step 250, 250 steps trained again"}};
+  const ReportContent c = report_content(log);
+  const std::vector<ChartPoint>& loss = c.charts[0].series[0].points;
+  ASSERT_EQ(loss.size(), 13u) << "every line is passed on; the renderer drops the superseded ones";
+  EXPECT_EQ(loss[9].generation, 0);
+  EXPECT_EQ(loss[10].generation, 1);
+  EXPECT_DOUBLE_EQ(loss[10].x, 300);
+  EXPECT_EQ(c.charts[2].series[0].points[12].generation, 1) << "throughput too";
+  ASSERT_EQ(c.charts[0].markers.size(), 1u) << "the restart and its resume are one marker";
+  EXPECT_DOUBLE_EQ(c.charts[0].markers[0].x, 250);
+  EXPECT_EQ(c.charts[0].markers[0].label, "restart");
+  EXPECT_EQ(c.charts[2].markers.size(), 1u);
+  EXPECT_TRUE(c.charts[1].markers.empty()) << "epochs are another axis";
+  for (const TimelineEvent& e : c.timeline.events)
+    EXPECT_EQ(e.text.find("step 0"), std::string::npos) << "a restart line has no step of its own: " << e.text;
 }
 
 TEST(RunReportPage, ManyRanksAreGroupedAndTheStragglerKeepsItsColour) {
@@ -77,8 +128,13 @@ TEST(RunReportPage, ManyRanksAreGroupedAndTheStragglerKeepsItsColour) {
   EXPECT_EQ(grouped.row_labels[14], "ranks 56-59");
   EXPECT_DOUBLE_EQ(grouped.values[14][3], 3.5) << "the group's largest: rank 57";
   EXPECT_DOUBLE_EQ(grouped.values[0][3], 2.0);
-  const std::string svg = render_heatmap_svg(grouped);
-  EXPECT_NE(svg.find("ranks 56-59"), std::string::npos);
+  // The page's heatmaps are the grouped ones.
+  const nlohmann::json charts = nlohmann::json::parse(chart_data_json(c))["charts"];
+  const nlohmann::json& heat = charts[charts.size() - 3];
+  EXPECT_EQ(heat["kind"], "heatmap");
+  ASSERT_EQ(heat["rows"].size(), 25u);
+  EXPECT_EQ(heat["rows"][14]["label"], "ranks 56-59");
+  EXPECT_EQ(heat["rows"][14]["values"][3], 3.5);
 }
 
 TEST(RunReportPage, AxesReadAtAGlance) {
@@ -91,14 +147,13 @@ TEST(RunReportPage, AxesReadAtAGlance) {
   EXPECT_EQ(axis_number(999'600), "1M") << "the unit of the rounded value";
   EXPECT_EQ(axis_number(9'999.7), "10k");
   EXPECT_EQ(axis_number(-45000), "-45k");
-  // Values far above their differences: ticks stay few and finite.
-  LineChart flat{"Flat", "step", "x", {{"a", {{0, 1e17}, {1, 1e17 + 16}}}}};
-  EXPECT_LT(render_line_chart_svg(flat).size(), 20'000u);
-  // Epochs: whole-number ticks only.
-  LineChart chart{"Accuracy", "epoch", "accuracy", {{"a", {{1, 0.8}, {2, 0.85}, {3, 0.86}}}}, true};
-  const std::string svg = render_line_chart_svg(chart);
-  EXPECT_EQ(svg.find(">1.5<"), std::string::npos) << svg;
-  EXPECT_NE(svg.find(">2<"), std::string::npos);
+  // The charts' own axes are charts.js's (charts_test.js: ticks, units,
+  // values far above their differences, whole epochs); epochs ask for
+  // whole-number ticks.
+  const ReportContent c = report_content(sample_log(2, -1));
+  EXPECT_FALSE(c.charts[0].integer_x);
+  EXPECT_TRUE(c.charts[1].integer_x);
+  EXPECT_TRUE(c.charts[3].integer_x);
 }
 
 TEST(RunReportPage, ComparisonPutsTwoRunsSideBySideWithTheirRatio) {

@@ -1,6 +1,9 @@
-// report.html: one self-contained page summarising a run, with inline SVG
-// charts (no scripts, no external files), so it opens from disk in any
-// browser, attached to a ticket or copied off a cluster.
+// report.html and the other static pages (the comparison of two runs, the
+// scaling study): one self-contained file each. This side emits the charts
+// as data only, JSON specs; charts.js, the renderer the live dashboard uses
+// too, is compiled in and inlined into each page, which draws them in the
+// browser. No external files: a page opens from disk, attached to a ticket
+// or copied off a cluster.
 #pragma once
 
 #include <string>
@@ -9,15 +12,37 @@
 
 namespace gradmesh::obs {
 
+// `generation`: the attempt that wrote the point. The renderer draws, for
+// each x, only the latest generation's point: a later generation starting
+// at x supersedes the earlier ones' points at or beyond x (steps trained
+// again after a restart).
+struct ChartPoint {
+  double x = 0, y = 0;
+  int generation = 0;
+};
+
 struct ChartSeries {
   std::string name;
-  std::vector<std::pair<double, double>> points;  // (x, y), x ascending
+  std::vector<ChartPoint> points;  // in the order they were logged
+  bool dots = false;               // a dot on every point
+  bool line = true;                // false: dots only (measurements)
+};
+
+// A vertical line across the plot at x, labelled ("restart", "knee: 8").
+struct ChartMarker {
+  double x = 0;
+  std::string label, text;  // text: its tooltip
 };
 
 struct LineChart {
   std::string title, x_label, y_label;
   std::vector<ChartSeries> series;
   bool integer_x = false;  // ticks on whole numbers only (epochs)
+  std::string x_unit{}, y_unit{};
+  bool log2_x = false;       // ticks at powers of two (workers)
+  bool y_from_zero = false;  // throughput: noise must not look like a collapse
+  bool percent_y = false;    // a fraction shown as 0-100%
+  std::vector<ChartMarker> markers{};
 };
 
 // Per-rank time per step, split into phases (a stacked bar per rank).
@@ -72,11 +97,23 @@ struct ReportContent {
 // The whole page. Text is HTML-escaped; empty charts say "no data" instead of drawing.
 std::string render_report_html(const ReportContent& content);
 
-// The SVG of one chart (exposed for tests).
-std::string render_line_chart_svg(const LineChart& chart);
-std::string render_phase_chart_svg(const PhaseBreakdown& breakdown);
-std::string render_heatmap_svg(const Heatmap& map);
-std::string render_timeline_svg(const Timeline& timeline);
+// The page's charts as charts.js reads them, {"charts": [spec, ...]} in page
+// order: line charts, the timeline, the phase bars, the heatmaps (grouped
+// past 32 ranks). Safe inside a <script> element or a CDATA section (<, >
+// and & are escaped).
+std::string chart_data_json(const ReportContent& content);
+std::string chart_data_json(const std::vector<LineChart>& charts);
+
+// charts.js, the renderer, as compiled in.
+const std::string& charts_js();
+
+// A page's charts: their container, the data (from chart_data_json) and
+// charts.js, all inline.
+std::string chart_section(const std::string& data_json);
+
+// One line chart as a standalone SVG document: charts.js draws it when a
+// browser opens the file; elsewhere a line of text says so.
+std::string standalone_chart_svg(const LineChart& chart, int width, int height);
 
 // An axis label a reader takes in at a glance: 45k, 1.2M, 0.25, 3 (never 4.5e+04).
 std::string axis_number(double value);

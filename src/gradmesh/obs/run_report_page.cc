@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 
@@ -35,17 +37,82 @@ std::optional<double> summary_value(const RunLog& log, const std::string& key) {
   return it->second;
 }
 
+// Numbers the attempts of a run in its record: a line whose step (or epoch)
+// is not past the previous line's begins a new one, a restarted generation
+// training again from its checkpoint. The renderer draws only the latest
+// attempt's point at each x (ChartPoint::generation).
+class Attempts {
+ public:
+  int of(int64_t x) {
+    if (x <= previous_) ++attempt_;
+    previous_ = x;
+    return attempt_;
+  }
+
+ private:
+  int64_t previous_ = INT64_MIN;
+  int attempt_ = 0;
+};
+
 // One number of every step line (x: the step) or every epoch line (x: the epoch, from 1).
 ChartSeries step_series(const RunLog& log, const std::string& name, double StepRecord::*value) {
   ChartSeries s{name, {}};
-  for (const StepRecord& r : log.steps) s.points.emplace_back(static_cast<double>(r.step), r.*value);
+  Attempts attempts;
+  for (const StepRecord& r : log.steps)
+    s.points.push_back({static_cast<double>(r.step), r.*value, attempts.of(r.step)});
   return s;
 }
 
 ChartSeries epoch_series(const RunLog& log, const std::string& name, double EpochRecord::*value) {
   ChartSeries s{name, {}};
-  for (const EpochRecord& e : log.epochs) s.points.emplace_back(static_cast<double>(e.epoch + 1), e.*value);
+  s.dots = true;
+  Attempts attempts;
+  for (const EpochRecord& e : log.epochs)
+    s.points.push_back({static_cast<double>(e.epoch + 1), e.*value, attempts.of(e.epoch)});
   return s;
+}
+
+// The step a restart or a resume continued from. A restart line's is its
+// resumed_at_step, which the run log keeps in the event's text only.
+int64_t resumed_step(const RunEvent& e) {
+  const std::string key = "resumed at step ";
+  const size_t at = e.text.find(key);
+  if (at == std::string::npos) return e.step;
+  return std::strtoll(e.text.c_str() + at + key.size(), nullptr, 10);
+}
+
+// Where training continued after a restart or a resume, for the step charts:
+// one marker per step, "restart" when a worker failure caused it.
+std::vector<ChartMarker> restart_markers(const RunLog& log) {
+  std::vector<ChartMarker> out;
+  for (const RunEvent& e : log.events) {
+    if (e.kind != RunEvent::Kind::kRestart && e.kind != RunEvent::Kind::kResume) continue;
+    const double x = static_cast<double>(resumed_step(e));
+    const std::string label = e.kind == RunEvent::Kind::kRestart ? "restart" : "resume";
+    auto same = std::find_if(out.begin(), out.end(), [&](const ChartMarker& m) { return m.x == x; });
+    if (same == out.end()) {
+      out.push_back({x, label, label + " at step " + std::to_string(resumed_step(e)) + ": " + e.text});
+    } else {
+      if (label == "restart") same->label = label;
+      same->text += "; " + e.text;
+    }
+  }
+  return out;
+}
+
+// The four curves of a run, or of two overlaid (comparison).
+std::vector<LineChart> curves(std::vector<ChartSeries> loss, std::vector<ChartSeries> accuracy,
+                              std::vector<ChartSeries> throughput, std::vector<ChartSeries> test_loss,
+                              const std::vector<ChartMarker>& markers) {
+  std::vector<LineChart> charts(4);
+  charts[0] = {"Training loss", "step", "loss", std::move(loss)};
+  charts[1] = {"Test accuracy", "epoch", "accuracy", std::move(accuracy), true};
+  charts[1].percent_y = true;
+  charts[2] = {"Throughput", "step", "throughput", std::move(throughput)};
+  charts[2].y_unit = "samples/s", charts[2].y_from_zero = true;
+  charts[3] = {"Test loss", "epoch", "loss", std::move(test_loss), true};
+  charts[0].markers = charts[2].markers = markers;
+  return charts;
 }
 
 // Mean ms per step of each phase over the run, per rank (the step lines are
@@ -107,7 +174,11 @@ Timeline timeline(const RunLog& log) {
   for (const StepRecord& s : log.steps) end = std::max(end, s.time);
   for (const RunEvent& e : log.events) {
     if (e.time <= 0) continue;
-    t.events.push_back({e.time - log.first_time, run_event_name(e.kind), "step " + std::to_string(e.step) + ": " + e.text});
+    // Slow-rank and stop texts do not name their step; the others do, and a
+    // restart line has no step of its own (only resumed_at_step, in its text).
+    const bool has_step = e.kind == RunEvent::Kind::kSlowRank || e.kind == RunEvent::Kind::kStopped;
+    t.events.push_back({e.time - log.first_time, run_event_name(e.kind),
+                        has_step ? "step " + std::to_string(e.step) + ": " + e.text : e.text});
     end = std::max(end, e.time);
   }
   t.span_seconds = end - log.first_time;
@@ -207,10 +278,10 @@ ReportContent report_content(const RunLog& log) {
     c.tables.push_back({"Cost", {"kind", "used", "price", "cost"}, cost_rows(*log.usage), prices_note(*log.usage)});
     c.tables.push_back(usage_table(*log.usage));
   }
-  c.charts = {{"Training loss", "step", "loss", {step_series(log, "train loss", &StepRecord::loss)}},
-              {"Test accuracy", "epoch", "accuracy", {epoch_series(log, "test accuracy", &EpochRecord::test_accuracy)}, true},
-              {"Throughput", "step", "samples/s", {step_series(log, "samples/s", &StepRecord::samples_per_s)}},
-              {"Test loss", "epoch", "loss", {epoch_series(log, "test loss", &EpochRecord::test_loss)}, true}};
+  c.charts = curves({step_series(log, "train loss", &StepRecord::loss)},
+                    {epoch_series(log, "test accuracy", &EpochRecord::test_accuracy)},
+                    {step_series(log, "samples/s", &StepRecord::samples_per_s)},
+                    {epoch_series(log, "test loss", &EpochRecord::test_loss)}, restart_markers(log));
   c.timeline = timeline(log);
   c.phases = phase_breakdown(log);
   Heatmap step = rank_heatmap(log, "Step time per rank over the run", {});
@@ -279,10 +350,9 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
   const auto both_epochs = [&](double EpochRecord::*value) {
     return std::vector<ChartSeries>{epoch_series(a, "A", value), epoch_series(b, "B", value)};
   };
-  c.charts = {{"Training loss", "step", "loss", both_steps(&StepRecord::loss)},
-              {"Test accuracy", "epoch", "accuracy", both_epochs(&EpochRecord::test_accuracy), true},
-              {"Throughput", "step", "samples/s", both_steps(&StepRecord::samples_per_s)},
-              {"Test loss", "epoch", "loss", both_epochs(&EpochRecord::test_loss), true}};
+  // Each run's restarts would be ambiguous on one axis; the table compares the runs.
+  c.charts = curves(both_steps(&StepRecord::loss), both_epochs(&EpochRecord::test_accuracy),
+                    both_steps(&StepRecord::samples_per_s), both_epochs(&EpochRecord::test_loss), {});
   return c;
 }
 

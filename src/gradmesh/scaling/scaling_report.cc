@@ -1,8 +1,9 @@
 #include "gradmesh/scaling/scaling_report.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "gradmesh/obs/json_object.h"
 #include "gradmesh/obs/report_html.h"
@@ -25,6 +26,22 @@ std::vector<int> shown(const ScalingCurve& c) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+// Samples/s against workers on a log2 axis: the predicted curve, the
+// measured probes as dots, the knee as a marker.
+obs::LineChart scaling_chart(const ScalingStudy& s) {
+  obs::LineChart chart{"samples/s against workers: predicted (line), measured (dots)", "workers", "throughput", {}, true};
+  chart.y_unit = "samples/s", chart.log2_x = true, chart.y_from_zero = true;
+  obs::ChartSeries predicted{"predicted", {}}, measured{"measured", {}};
+  measured.line = false;
+  for (const Prediction& p : s.curve.points) predicted.points.push_back({static_cast<double>(p.workers), p.samples_per_s});
+  for (const ProbeMeasurement& p : s.probes)
+    measured.points.push_back({static_cast<double>(p.workers), static_cast<double>(s.global_batch) / p.step_s});
+  chart.series = {std::move(predicted), std::move(measured)};
+  chart.markers.push_back({static_cast<double>(s.curve.knee), "knee: " + std::to_string(s.curve.knee),
+                           "the most workers at >= 50% efficiency: " + std::to_string(s.curve.knee)});
+  return chart;
 }
 
 }  // namespace
@@ -90,53 +107,20 @@ std::string scaling_json(const ScalingStudy& s) {
   return text + ",\"model\":" + model.str() + ",\"probes\":" + probes + "],\"predicted\":" + curve + "]}\n";
 }
 
-std::string scaling_svg(const ScalingStudy& s) {
-  const double w = 640, h = 400, left = 70, right = 20, top = 30, bottom = 50;
-  const int last = static_cast<int>(s.curve.points.size());
-  const double xmax = std::log2(std::max(last, 2));
-  double ymax = 0;
-  for (const Prediction& p : s.curve.points) ymax = std::max(ymax, p.samples_per_s);
-  for (const ProbeMeasurement& p : s.probes) ymax = std::max(ymax, s.global_batch / p.step_s);
-  ymax *= 1.1;
-  auto x = [&](double n) { return left + (w - left - right) * std::log2(n) / xmax; };
-  auto y = [&](double v) { return h - bottom - (h - top - bottom) * v / ymax; };
-  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"400\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  out += "<text x=\"" + fixed(left, 0) + "\" y=\"18\" font-size=\"13\">samples/s against workers: predicted (line), measured (dots)</text>\n";
-  out += "<line x1=\"" + fixed(left, 0) + "\" y1=\"" + fixed(h - bottom, 0) + "\" x2=\"" + fixed(w - right, 0) + "\" y2=\"" +
-         fixed(h - bottom, 0) + "\" stroke=\"#333\"/>\n";
-  out += "<line x1=\"" + fixed(left, 0) + "\" y1=\"" + fixed(top, 0) + "\" x2=\"" + fixed(left, 0) + "\" y2=\"" +
-         fixed(h - bottom, 0) + "\" stroke=\"#333\"/>\n";
-  for (int n = 1; n <= last; n *= 2)
-    out += "<text x=\"" + fixed(x(n), 1) + "\" y=\"" + fixed(h - bottom + 16, 0) + "\" text-anchor=\"middle\">" +
-           std::to_string(n) + "</text>\n";
-  out += "<text x=\"" + fixed((left + w - right) / 2, 0) + "\" y=\"" + fixed(h - 10, 0) + "\" text-anchor=\"middle\">workers</text>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double v = ymax * i / 4;
-    const std::string label = v >= 1e4 ? fixed(v / 1e3, 0) + "k" : fixed(v, 0);
-    out += "<text x=\"" + fixed(left - 6, 0) + "\" y=\"" + fixed(y(v) + 4, 1) + "\" text-anchor=\"end\">" + label + "</text>\n";
-  }
-  std::string path;
-  for (const Prediction& p : s.curve.points) path += (path.empty() ? "M" : " L") + fixed(x(p.workers), 1) + "," + fixed(y(p.samples_per_s), 1);
-  out += "<path d=\"" + path + "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\"/>\n";
-  out += "<line x1=\"" + fixed(x(s.curve.knee), 1) + "\" y1=\"" + fixed(top, 0) + "\" x2=\"" + fixed(x(s.curve.knee), 1) +
-         "\" y2=\"" + fixed(h - bottom, 0) + "\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>\n";
-  out += "<text x=\"" + fixed(x(s.curve.knee) + 4, 1) + "\" y=\"" + fixed(top + 12, 0) + "\">knee: " +
-         std::to_string(s.curve.knee) + "</text>\n";
-  for (const ProbeMeasurement& p : s.probes)
-    out += "<circle cx=\"" + fixed(x(p.workers), 1) + "\" cy=\"" + fixed(y(s.global_batch / p.step_s), 1) +
-           "\" r=\"4\" fill=\"#d62728\"/>\n";
-  return out + "</svg>\n";
-}
+std::string scaling_svg(const ScalingStudy& s) { return obs::standalone_chart_svg(scaling_chart(s), 640, 400); }
 
 std::string scaling_html(const ScalingStudy& s) {
-  // Self-contained like a run's report.html: inline SVG, no scripts, no external files.
+  // Self-contained like a run's report.html: the chart is data drawn by the
+  // inlined charts.js, nothing is fetched.
   std::string out =
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>scaling study: " + obs::html_escape(s.config) +
       "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:60em}pre{background:#f6f6f6;padding:1em;"
-      "overflow-x:auto}</style></head><body>\n<h1>Scaling study: " + obs::html_escape(s.config) + "</h1>\n";
+      "overflow-x:auto}.chart svg{display:block}</style></head><body>\n<h1>Scaling study: " +
+      obs::html_escape(s.config) + "</h1>\n";
   out += "<p>Measured on " + obs::html_escape(s.here_link) + "; predicted for " + obs::html_escape(s.target_link) +
          ".</p>\n";
-  out += scaling_svg(s) + "\n<pre>" + obs::html_escape(scaling_table(s)) + "</pre>\n</body></html>\n";
+  out += obs::chart_section(obs::chart_data_json(std::vector<obs::LineChart>{scaling_chart(s)}));
+  out += "<pre>" + obs::html_escape(scaling_table(s)) + "</pre>\n</body></html>\n";
   return out;
 }
 

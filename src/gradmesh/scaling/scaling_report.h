@@ -1,6 +1,7 @@
 // How `gradmesh bench scaling` shows its study: a Markdown table of the
 // probes against the model, the predicted curve with its knee, the same as
-// JSON, and an SVG chart (measured points over the predicted curve).
+// JSON, and a chart (measured points over the predicted curve) drawn by
+// charts.js, the renderer of every gradmesh page (obs/report_html.h).
 #pragma once
 
 #include <string>
@@ -24,8 +25,11 @@ struct ScalingStudy {
 
 std::string scaling_table(const ScalingStudy& study);
 std::string scaling_json(const ScalingStudy& study);
+// The chart as an SVG file that draws itself with the inlined charts.js when
+// a browser opens it (an image viewer that runs no script shows a line of text).
 std::string scaling_svg(const ScalingStudy& study);
-// One self-contained page (the report of `--report`): the links, the chart and the table.
+// One self-contained page (the report of `--report`): the links, the chart
+// (charts.js and the data, inline) and the table.
 std::string scaling_html(const ScalingStudy& study);
 
 }  // namespace gradmesh::scaling
