@@ -48,9 +48,9 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEB
 # - fault scenarios repeated with more processes: restart from disk is the
 #   resume path (ResumeAtTwoWorkersFromOneAndBack), in-process recovery is
 #   LostNodeShrinksTheWorldInProcess's path;
-# - ZeRO on the MLP (the GPT's run covers stages one to three), the CNN and
-#   Winograd CNN runs (their kernels are tested alone), bit-identical reruns,
-#   bf16 and mpirun data parallelism (the collectives' own tests cover them);
+# - mpirun data parallelism (the collectives' own tests cover it; every
+#   strategy's loop, and bit-identical reruns, run in process:
+#   tests/train/training_loop_test.cc);
 # - the four-rank collective matrices (two and three ranks run the same code),
 #   and the lazy-connection matrices on 6 and 7 ranks (2, 3 and 5 run it);
 # - the Kubernetes manifests' checks (tests/deploy is not built: Node.js,
@@ -73,7 +73,7 @@ SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEB
 #   that wait out a leader's restart or a lease's expiry (the same calls run
 #   under ASan in the shorter etcd tests).
 # Together they were half of the sanitizer run's time on two cores.
-ASAN_EXCLUDE = ^(ControlPlane\..*|Chaos/ChaosSchedules\..*|EtcdStoreTest\.(KeepsWorkingThroughAKilledAndRestartedLeader|AKeyOnALeaseThatIsNotKeptAliveDisappears)|EndToEnd\.(ReferenceMlpOneEpoch.*|SameSeedGivesBitIdenticalWeights)|TrainingFaults\.(ThreeKills.*|WorkerOfOneOfTwoNodesIsRecoveredInProcess|StoppedWorkerIsNamedAndTheJobRecovers)|MeshLayouts\..*|PipelineTraining\.ActivationsLargerThanTheMailboxStreamWithoutDeadlock|ZeroTraining\.MlpStagesOneAndTwo.*|DataParallel\.(CnnWorkersMatchOneProcess|WinogradCnn.*|RerunsAreBitIdentical|Bf16CommunicationStaysCloseButIsRounded|UnderMpirunTheMpiBackendGivesTheSameResult)|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/4|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[67]|StorePassword\.OnTheCommandLine.*|CommunicationReduction\..*RunKilledMidwayEndsBitIdentical|DashboardBrowser\..*|Metering\.AResumedRunContinuesTheTotals|ReportCommand\..*)$$
+ASAN_EXCLUDE = ^(ControlPlane\..*|Chaos/ChaosSchedules\..*|EtcdStoreTest\.(KeepsWorkingThroughAKilledAndRestartedLeader|AKeyOnALeaseThatIsNotKeptAliveDisappears)|EndToEnd\.ReferenceMlpOneEpoch.*|TrainingFaults\.(ThreeKills.*|WorkerOfOneOfTwoNodesIsRecoveredInProcess|StoppedWorkerIsNamedAndTheJobRecovers)|MeshLayouts\..*|PipelineTraining\.ActivationsLargerThanTheMailboxStreamWithoutDeadlock|DataParallel\.UnderMpirunTheMpiBackendGivesTheSameResult|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/4|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[67]|StorePassword\.OnTheCommandLine.*|CommunicationReduction\..*RunKilledMidwayEndsBitIdentical|DashboardBrowser\..*|Metering\.AResumedRunContinuesTheTotals|ReportCommand\..*)$$
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=address \
 	  -DGRADMESH_TEST_LAYERS= -DGRADMESH_TEST_SKIP_LAYERS=deploy $(CMAKE_FLAGS) > /dev/null
@@ -81,8 +81,8 @@ test-asan: deps
 	cd $(ASAN_BUILD) && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
 
 # The threaded layers (comm, parallel, data, serve, elastic: the launcher's
-# dashboard server and feed) under ThreadSanitizer (CI runs this too). Only
-# their five test executables (and the gradmesh executable their
+# dashboard server and feed; train: the loop with its ranks as threads) under
+# ThreadSanitizer (CI runs this too). Only their six test executables (and the gradmesh executable their
 # tests start) are built: TSan objects are a cold compile, and the whole suite
 # would not fit CI's 30 minutes on two cores. A report fails its test
 # (halt_on_error); tests/tsan.supp silences third-party code only.
@@ -92,19 +92,19 @@ test-asan: deps
 # same collectives run under it on threads (Ranks/ShmWorld, Ranks/GlooWorld),
 # up to two ranks (three and four add time and the odd-size algorithms' index
 # arithmetic, which the Release and ASan runs check, not new threads). The
-# two emulated hosts (DataParallelNetns) run the MLP's threads again. Of the
-# data-parallel runs, those that train the same threads on another model or
-# setting are left to the Release and ASan runs (CNN, Winograd, bf16,
-# reruns, mpirun, mismatched configs); so is the plain MLP run, whose threads
-# the accumulation + overlap run starts too: that run, rebalancing and the
-# failure runs keep every threaded path under TSan. Lazy
+# two emulated hosts (DataParallelNetns) run the MLP's threads again. The
+# training loop runs under TSan in process (tests/train: every strategy's
+# ranks as threads of one test), so of the worker-process runs only
+# rebalancing and the failure runs stay; the plain MLP through the launcher,
+# mpirun, mismatched configs and ZeRO's checkpoint runs (GPT workers) are
+# left to the Release and ASan runs. Lazy
 # Gloo connections run on 2 and 3 ranks (5-7 add the odd block sizes'
 # peers, which the Release run checks, not new threads). The all-reduce
 # cache's matrix re-points buffers on one thread per rank; the Release and
 # ASan runs check it. The control plane's whole-job scenarios and chaos
 # schedules run processes whose threads the launcher tests run already.
-TSAN_LAYERS = comm;parallel;data;serve;elastic
-TSAN_EXCLUDE = ^(ControlPlane\..*|Chaos/ChaosSchedules\..*|(Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|GlooAllreduceCache\.EveryAlgorithmOnEveryWorldSizeAndRebinding|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/[34]|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[567]|DataParallelNetns\..*|DataParallel\.(MlpWorkersMatchOneProcess|CnnWorkersMatchOneProcess|WinogradCnnWorkersMatchOneProcessWithTheSameSplit|Bf16CommunicationStaysCloseButIsRounded|RerunsAreBitIdentical|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed))$$
+TSAN_LAYERS = comm;parallel;data;serve;elastic;train
+TSAN_EXCLUDE = ^(ControlPlane\..*|Chaos/ChaosSchedules\..*|(Shm|Gloo)Processes\.CollectivesAcrossForkedRanks|GlooAllreduceCache\.EveryAlgorithmOnEveryWorldSizeAndRebinding|Ranks/(Shm|Gloo)World\.EveryCollectiveMatchesTheReference/[34]|Ranks/GlooLazyWorld\.EveryCollectiveMatchesTheReference/[567]|DataParallelNetns\..*|DataParallel\.(MlpWorkersMatchOneProcess|UnderMpirunTheMpiBackendGivesTheSameResult|MismatchedConfigsAreNamed)|ZeroCheckpoint\..*)$$
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja $(SANITIZER_FLAGS) -DGRADMESH_SANITIZE=thread \
 	  -DGRADMESH_TEST_LAYERS="$(TSAN_LAYERS)" $(CMAKE_FLAGS) > /dev/null

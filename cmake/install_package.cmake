@@ -1,6 +1,6 @@
 # `cmake --install`: the library as a package other projects build against.
 #
-#   <prefix>/include/gradmesh/...            the headers (gradmesh/gradmesh.h is the umbrella) and config.h
+#   <prefix>/include/gradmesh/...            the public headers (gradmesh/gradmesh.h and what it includes) and config.h
 #   <prefix>/lib/libgradmesh.a               the library (static only)
 #   <prefix>/bin/gradmesh                    the executable (`gradmesh launch` starts the workers)
 #   <prefix>/lib/cmake/gradmesh/             find_package(gradmesh) -> gradmesh::gradmesh
@@ -22,14 +22,30 @@ set_target_properties(gradmesh_lib PROPERTIES EXPORT_NAME gradmesh)
 install(TARGETS gradmesh_lib EXPORT gradmeshTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS gradmesh RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# Every layer's headers except the executable's own (cli/, bench/) and the
-# build-time stand-in for a Gloo header Debian does not ship (comm/gloo/compat/,
-# which must never shadow a real Gloo install on a consumer's include path).
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/src/gradmesh/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradmesh
-        FILES_MATCHING PATTERN "*.h"
-        PATTERN "cli" EXCLUDE
-        PATTERN "bench" EXCLUDE
-        PATTERN "compat" EXCLUDE)
+# The public API is gradmesh/gradmesh.h and every gradmesh header it reaches,
+# found by following the includes at configure time: a header that is not
+# reachable (the trainer, the launcher, the backends' internals, which pull
+# in Gloo or MPI) is not installed, and a new include in a public header
+# installs its target with it. config.h is generated (installed below).
+set(GRADMESH_PUBLIC_HEADERS "")
+set(pending gradmesh/gradmesh.h)
+while(pending)
+  list(POP_FRONT pending header)
+  if(header IN_LIST GRADMESH_PUBLIC_HEADERS OR NOT EXISTS ${CMAKE_SOURCE_DIR}/src/${header})
+    continue()
+  endif()
+  list(APPEND GRADMESH_PUBLIC_HEADERS ${header})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${header})
+  file(STRINGS ${CMAKE_SOURCE_DIR}/src/${header} includes REGEX "^#include \"gradmesh/[^\"]+\"")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
+    list(APPEND pending ${included})
+  endforeach()
+endwhile()
+foreach(header IN LISTS GRADMESH_PUBLIC_HEADERS)
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${CMAKE_SOURCE_DIR}/src/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${dir})
+endforeach()
 install(FILES ${CMAKE_BINARY_DIR}/generated/gradmesh/config.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gradmesh)
 
 install(EXPORT gradmeshTargets NAMESPACE gradmesh:: DESTINATION ${GRADMESH_CMAKE_DIR})

@@ -3,11 +3,11 @@
 //
 // The model is a residual MLP written as an nn::Module: x + fc2(gelu(fc1(x)))
 // on the flattened image, then a linear classifier head. Every worker holds a
-// full replica; each step, each worker runs forward and backward on its slice
-// of the global batch while the GradientReducer sums the gradients across
-// workers bucket by bucket, so every replica applies the same AdamW update
-// and the weights stay identical on every rank (each rank prints a
-// fingerprint of its weights at the end to show it).
+// full replica; a step is forward on the worker's slice of the global batch,
+// DataParallel::backward (which sums the gradients over the workers while
+// backward runs) and DataParallel::step, so every replica applies the same
+// AdamW update and the weights stay identical on every rank (each rank prints
+// a fingerprint of its weights at the end to show it).
 //
 //   gradmesh launch --nproc-per-node 2 -- ./custom_model --steps 300
 //   ./custom_model --steps 300        # one process, no launcher
@@ -232,77 +232,35 @@ uint64_t weights_fingerprint(gm::nn::Model& model) {
   return hash;
 }
 
-// What one log line reports: summed over the steps of the window (and, in
-// a data-parallel run, over the ranks).
-struct Window {
-  double loss = 0;  // each step's global mean loss, summed over the window's steps
-  int64_t correct = 0, samples = 0, steps = 0;
-};
-
-Window sum_over_ranks(const Window& mine, gm::comm::ProcessGroup* group) {
-  if (!group) return mine;
-  gm::Tensor t = gm::Tensor::from_vector(
-      {3}, {static_cast<float>(mine.loss), static_cast<float>(mine.correct), static_cast<float>(mine.samples)});
-  group->allreduce(t)->wait_or_throw();
-  const std::vector<float> v = t.to_vector();
-  return {v[0], static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), mine.steps};
-}
-
-struct Trainer {
-  gm::nn::Model& model;
-  gm::optim::Optimizer& optimizer;
-  gm::parallel::GradientReducer* reducer;  // null in a single process
-  gm::comm::ProcessGroup* group;           // null in a single process
-
-  // One data-parallel step on this rank's slice of the global batch; returns
-  // this rank's share of the global mean loss.
-  double step(const gm::data::Batch& batch, int64_t index, float lr, Window& window) {
-    model.zero_grad();
-    gm::autograd::GradReadyHook hook;
-    if (reducer) hook = reducer->begin_step();
-    const Variable logits = model.forward(Variable(batch.images));
-    // Divided by the global batch length, so the reducer's sum over ranks is the global mean gradient.
-    const Variable loss =
-        gm::autograd::cross_entropy(logits, batch.labels, static_cast<float>(batch.global_batch_len));
-    const double value = loss.value().item();
-    if (reducer) reducer->set_step_loss(value);  // before the backward that launches the buckets
-    model.backward(loss, hook);
-    if (reducer) {
-      reducer->finish_step();
-      if (!reducer->step_finite())
-        gm::throw_error(gm::ErrorKind::kInternal, "step " + std::to_string(index),
-                        "a rank's loss is not finite; lower --lr");
-    }
-    optimizer.step(model.flat_params().data(), model.flat_grads().data(), lr);
-    window.loss += value;
-    window.correct += correct_predictions(logits.value(), batch.labels);
-    window.samples += static_cast<int64_t>(batch.labels.size());
-    ++window.steps;
-    return value;
-  }
-};
-
-void train(const Options& o, Trainer& trainer, gm::data::BatchLoader& loader, bool leader) {
+// Trains `o.steps` steps, logging the global mean loss and accuracy every `o.log_every`.
+void train(const Options& o, gm::nn::Model& model, gm::parallel::DataParallel& dp, gm::data::BatchLoader& loader) {
   gm::optim::ScheduleOptions schedule;
   schedule.kind = "cosine";
   schedule.warmup_steps = std::min(o.warmup, o.steps - 1);
   schedule.total_steps = o.steps;
-  int64_t epoch = 0;
+  int64_t epoch = 0, window_steps = 0;
+  double loss_sum = 0, correct = 0, samples = 0;  // this rank's, over the log window
   loader.start_epoch(epoch);
-  Window window;
   for (int64_t step = 0; step < o.steps; ++step) {
     gm::data::Batch batch;
     while (!loader.next(batch)) loader.start_epoch(++epoch);
     const float lr = gm::optim::lr_at(schedule, static_cast<float>(o.lr), step);
-    trainer.step(batch, step, lr, window);
+    const Variable logits = model.forward(Variable(batch.images));
+    const auto rows = static_cast<int64_t>(batch.labels.size());
+    loss_sum += dp.backward(gm::autograd::cross_entropy(logits, batch.labels), rows, batch.global_batch_len);
+    dp.step(lr);
+    correct += static_cast<double>(correct_predictions(logits.value(), batch.labels));
+    samples += static_cast<double>(rows);
+    ++window_steps;
     if ((step + 1) % o.log_every != 0 && step + 1 != o.steps) continue;
-    const Window all = sum_over_ranks(window, trainer.group);  // collective: every rank calls it
-    if (leader)
+    const std::vector<double> all = dp.sum_over_ranks({loss_sum, correct, samples});  // every rank calls it
+    if (dp.rank() == 0)
       std::printf("step %lld/%lld  loss %.4f  accuracy %.3f  lr %.6f\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(o.steps), all.loss / static_cast<double>(all.steps),
-                  static_cast<double>(all.correct) / static_cast<double>(all.samples), static_cast<double>(lr));
+                  static_cast<long long>(o.steps), all[0] / static_cast<double>(window_steps), all[1] / all[2],
+                  static_cast<double>(lr));
     std::fflush(stdout);
-    window = Window{};
+    loss_sum = correct = samples = 0;
+    window_steps = 0;
   }
 }
 
@@ -329,13 +287,9 @@ int run(const Options& o) {
   const Data data = load_data(o, leader);
   auto root = std::make_unique<ResidualMlp>(data.train.sample_numel(), o.hidden, data.train.num_classes);
   gm::nn::Model model(std::move(root), static_cast<uint64_t>(o.seed));
-  // The same seed already gives every rank the same weights; broadcasting
-  // rank 0's makes that true whatever a program changes per rank.
-  if (group) gm::parallel::broadcast_parameters(*group, model);
   auto optimizer = gm::optim::make_adamw(
       {gm::optim::ParamGroup{0, model.num_parameters(), static_cast<float>(o.weight_decay)}}, {});
-  std::unique_ptr<gm::parallel::GradientReducer> reducer;
-  if (group) reducer = std::make_unique<gm::parallel::GradientReducer>(model, group, gm::parallel::ReducerOptions{});
+  gm::parallel::DataParallel dp(model, *optimizer, group);  // starts every replica from rank 0's weights
 
   gm::data::BatchLoaderOptions lo;
   lo.global_batch = o.batch;
@@ -350,8 +304,7 @@ int run(const Options& o) {
                 data.source.c_str(), static_cast<long long>(data.train.count), model.summary().c_str());
   }
 
-  Trainer trainer{model, *optimizer, reducer.get(), group.get()};
-  train(o, trainer, loader, leader);
+  train(o, model, dp, loader);
   std::printf("rank %d weights fingerprint %016llx\n", rank,
               static_cast<unsigned long long>(weights_fingerprint(model)));
   if (leader) {

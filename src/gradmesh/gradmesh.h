@@ -5,14 +5,17 @@
 // the tape, differentiable ops); modules, layers, built-in models and the
 // flat-parameter Model; optimizers, learning-rate schedules and clipping;
 // datasets and the prefetching loader; stores, process groups and joining the
-// job `gradmesh launch` (or mpirun) started; the data-parallel gradient
-// reducer and start-up agreement; safetensors.
+// job `gradmesh launch` (or mpirun) started; DataParallel (the step protocol
+// of data parallelism in one object), the gradient reducers and start-up
+// agreement; safetensors.
 //
-// Everything listed includes only the standard library and other gradmesh
-// headers: no JSON, TOML or Gloo headers reach a program through this file
+// This file is the public API: `cmake --install` installs it and exactly the
+// gradmesh headers it reaches (cmake/install_package.cmake), nothing else.
+// Everything here includes only the standard library and other gradmesh
+// headers: no JSON, TOML, Gloo or MPI headers reach a program through it
 // (tests/cli/install_package_test.cc checks it). The config-driven trainer
 // (train/), the launcher (elastic/), observability (obs/) and the backends'
-// internals are installed too, for programs that want them by name.
+// internals are the executable's, not the library's API.
 #pragma once
 
 #include "gradmesh/config.h"
@@ -55,6 +58,7 @@
 #include "gradmesh/comm/store.h"
 #include "gradmesh/comm/work.h"
 
+#include "gradmesh/parallel/data_parallel.h"
 #include "gradmesh/parallel/gradient_reducer.h"
 #include "gradmesh/parallel/rank_agreement.h"
 #include "gradmesh/parallel/zero_reducer.h"

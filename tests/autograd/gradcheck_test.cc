@@ -250,6 +250,13 @@ TEST_F(GradcheckTest, ReshapeThenTanh) {
   EXPECT_TRUE(gradcheck([&] { return reshape(x, {4, 6}); }, {x}));
 }
 
+TEST_F(GradcheckTest, ScaleByAFactor) {
+  Variable x = random_leaf({3, 4}, 72);
+  EXPECT_TRUE(gradcheck([&] { return scale(x, 0.375f); }, {x}));
+  // Used twice: the gradients of both uses add up.
+  EXPECT_TRUE(gradcheck([&] { return add(scale(x, -2.0f), scale(x, 0.5f)); }, {x}));
+}
+
 TEST_F(GradcheckTest, AddDistinctAndSameVariable) {
   Variable a = random_leaf({3, 4}, 70), b = random_leaf({3, 4}, 71);
   EXPECT_TRUE(gradcheck([&] { return add(a, b); }, {a, b}));

@@ -36,13 +36,15 @@ constexpr int kNodes = 3;
 constexpr int kSchedules = 20;
 constexpr int kSchedulesPerTest = 5;
 
-// 1800 steps (12 epochs of 150 global batches of 96) of a small MLP: a few
-// seconds on three ranks, long enough for two faults and their recoveries.
+// 1800 steps (12 epochs of 150 global batches of 96) of a small MLP: several
+// seconds on three ranks, long enough for two faults and their recoveries;
+// the second fault comes at least 600 steps before the end, so the run is
+// still going when the fault is injected.
 constexpr int64_t kGlobalBatch = 96, kStepsPerEpoch = 150, kEpochs = 12, kSteps = kEpochs * kStepsPerEpoch;
 
 std::string chaos_workload(const std::string& run_id) {
   return "'" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set train.threads=1 --set output.dir=runs"
-         " --set model.hidden=[64,64] --set train.batch_size=" + std::to_string(kGlobalBatch) +
+         " --set model.hidden=[128,128] --set train.batch_size=" + std::to_string(kGlobalBatch) +
          " --set data.limit_train=" + std::to_string(kGlobalBatch * kStepsPerEpoch) +
          " --set data.limit_test=500 --set train.epochs=" + std::to_string(kEpochs) +
          " --set train.log_every=50 --set output.report=false"
@@ -97,7 +99,7 @@ Schedule make_schedule(int seed) {
   s.faults.push_back({first, static_cast<int>(rng() % kNodes), 200 + static_cast<int64_t>(rng() % 6) * 100});
   if (rng() % 3 != 0) {
     const Fault second = lead[rng() % 4];
-    s.faults.push_back({second, static_cast<int>(rng() % kNodes), 1000 + static_cast<int64_t>(rng() % 5) * 100});
+    s.faults.push_back({second, static_cast<int>(rng() % kNodes), 800 + static_cast<int64_t>(rng() % 5) * 100});
   }
   // A lost node of an elastic job may stay away: the job goes on with two.
   for (PlannedFault& f : s.faults)

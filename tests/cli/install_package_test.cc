@@ -92,6 +92,10 @@ TEST(InstallPackage, InstallsHeadersLibraryExecutableAndPackageFilesButNoTests) 
   }
   EXPECT_FALSE(fs::exists(in.prefix / "include/gradmesh/cli"))
       << "the executable's own headers are not the library's";
+  // Only what the umbrella header reaches: not the trainer, the launcher or a backend's internals.
+  for (const char* internal : {"train", "elastic", "serve", "comm/gloo", "comm/mpi", "bench", "scaling"})
+    EXPECT_FALSE(fs::exists(in.prefix / "include/gradmesh" / internal)) << internal << " was installed";
+  EXPECT_TRUE(fs::exists(in.prefix / "include/gradmesh/parallel/data_parallel.h"));
 
   // The umbrella header reaches no third-party header: a consumer needs none of their -dev packages to compile.
   const fs::path include = in.prefix / "include";

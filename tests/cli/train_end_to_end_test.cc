@@ -62,28 +62,7 @@ TEST(EndToEnd, ReferenceMlpOneEpochReachesEightyPercent) {
   EXPECT_NE(i.out.find("[512, 784]"), std::string::npos) << i.out;
 }
 
-TEST(EndToEnd, SameSeedGivesBitIdenticalWeights) {
-  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
-  TempDir dir;
-  const std::string common = " --set data.limit_train=2048 --set train.max_steps=20 --set train.eval_every_epoch=false"
-                             " --set model.dropout=0.1 --set train.batch_size=64";
-  // (seed, threads) per run. Bit-identity is promised for the same config; the
-  // BLAS thread count is part of it (OpenBLAS splits sums differently per thread count).
-  const std::pair<int, int> runs[] = {{0, 1}, {0, 1}, {0, 2}, {0, 2}, {1, 1}};
-  std::string files[5];
-  for (int k = 0; k < 5; ++k) {
-    CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.dir=runs" + common +
-                                       " --set train.seed=" + std::to_string(runs[k].first) + " --set train.threads=" +
-                                       std::to_string(runs[k].second) + " --set output.run_id=r" + std::to_string(k),
-                                   dir.path());
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    files[k] = read_text(dir.file("runs/r" + std::to_string(k) + "/model.safetensors"));
-    ASSERT_GT(files[k].size(), 1000u);
-  }
-  EXPECT_TRUE(files[0] == files[1]) << "same seed, one thread: weights differ";
-  EXPECT_TRUE(files[2] == files[3]) << "same seed, two threads: weights differ";
-  EXPECT_TRUE(files[0] != files[4]) << "a different seed must change the weights";
-}
+// Same seed, same bits: tests/train/training_loop_test.cc (TrainingLoop.SameSeed...), in process.
 
 TEST(EndToEnd, InitFromLoadsWeightsAndRejectsMismatches) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;

@@ -65,27 +65,8 @@ TEST(ZeroTraining, GptStagesOneToThreeTrainTheWeightsOfPlainDataParallelism) {
   }
 }
 
-TEST(ZeroTraining, MlpStagesOneAndTwoTrainTheWeightsOfPlainDataParallelism) {
-  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist not installed at " << kDataDir;
-  TempDir dir;
-  auto train = [&](const std::string& id, const std::string& extra) {
-    const CommandResult r = run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=" +
-                                             id + kSmallMlp + " --set train.max_steps=6" + extra,
-                                         dir.path());
-    EXPECT_EQ(r.exit_code, 0) << id << ": " << r.err;
-    return weights_of(dir.file("runs/" + id + "/model.safetensors"));
-  };
-  const std::vector<float> one = train("one", world(0, 0));
-  ASSERT_FALSE(one.empty());
-  for (int n = 2; n <= 4; ++n) {
-    const std::vector<float> plain = train("z0n" + std::to_string(n), world(n, 0));
-    EXPECT_LE(relative_difference(plain, one), kOtherWorldTolerance) << n << " ranks";
-    for (int stage : {1, 2}) {
-      const std::string id = "z" + std::to_string(stage) + "n" + std::to_string(n);
-      EXPECT_LE(relative_difference(train(id, world(n, stage)), plain), kSameWorldTolerance) << id;
-    }
-  }
-}
+// The MLP's stages against plain data parallelism run in process:
+// tests/train/training_loop_test.cc (TrainingLoop.ZeroStages...).
 
 TEST(ZeroTraining, AKilledWorkerRestartsFromTheShardedCheckpointBitIdentical) {
   using namespace std::chrono_literals;

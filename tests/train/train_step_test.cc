@@ -14,8 +14,6 @@
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/train/model_factory.h"
-#include "gradmesh/train/optimizer_setup.h"
-#include "gradmesh/train/rank_setup.h"
 #include "gradmesh/train/train_step.h"
 #include "support/temp_dir.h"
 
@@ -32,6 +30,7 @@ Config tiny_config() {
   c.model.activation = "tanh";  // carries a NaN input on to the loss (this ReLU maps NaN to 0)
   c.model.classes = 3;
   c.optim.lr = 0.1;
+  c.optim.weight_decay = 0;  // the optimizers below step without decay
   c.train.accum_steps = 1;
   return c;
 }
@@ -69,7 +68,8 @@ TEST(StepRunner, ANonFiniteLossStopsTheStepBeforeTheWeightsChange) {
   const Config config = tiny_config();
   std::unique_ptr<nn::Model> model = build_model(config.model, kGeometry, 3);
   std::unique_ptr<optim::Optimizer> optimizer = sgd(*model);
-  StepRunner runner(*model, *optimizer, config, nullptr);
+  GradientSync one_rank;
+  StepRunner runner(*model, *optimizer, config, one_rank);
   parallel::PhaseTimes times;
   const std::vector<float> initial = model->flat_params().to_vector();
   EXPECT_TRUE(std::isfinite(runner.run(slice(0, 1, 0, false), 0.1f, 0, times, nullptr)));
@@ -95,18 +95,10 @@ std::vector<RankResult> run_ranks(int world, const std::vector<int>& poisoned, c
   const auto errors = comm::testing::run_rank_threads(world, [&](int rank) {
     auto group = comm::make_shm_process_group(store, rank, world, comm::Millis(20'000));
     std::unique_ptr<nn::Model> model = build_model(config.model, kGeometry, 3);
-    // parallel.zero picks the reducer and the optimizer's groups as the trainer does.
-    std::unique_ptr<parallel::GradientReducer> reducer;
-    std::unique_ptr<parallel::ZeroReducer> zero;
-    std::unique_ptr<optim::Optimizer> optimizer;
-    if (config.parallel.zero > 0) {
-      zero = std::make_unique<parallel::ZeroReducer>(*model, group, zero_options(config.parallel));
-      optimizer = optim::make_sgd(zero->param_groups([](const nn::ParameterInfo&) { return 0.0f; }), {0.9f, 0.0f, false});
-    } else {
-      reducer = std::make_unique<parallel::GradientReducer>(*model, group, reducer_options(config.parallel));
-      optimizer = sgd(*model);
-    }
-    StepRunner runner(*model, *optimizer, config, reducer.get(), zero.get());
+    // parallel.zero picks the strategy and the optimizer's groups as the trainer does.
+    std::unique_ptr<GradientSync> sync = make_gradient_sync(config, *model, group);
+    std::unique_ptr<optim::Optimizer> optimizer = optim::make_sgd(sync->param_groups(config, *model), {0.9f, 0.0f, false});
+    StepRunner runner(*model, *optimizer, config, *sync);
     parallel::PhaseTimes times;
     runner.run(slice(rank, world, 0, false), 0.1f, 0, times, nullptr);
     RankResult& mine = results[static_cast<size_t>(rank)];

@@ -1,6 +1,5 @@
 // Test support for ZeRO through the real binary: a tiny GPT on a token set
-// prepared from Debian's fortunes, a small MLP on Fashion-MNIST, and the
-// command lines that train them at a given world size and ZeRO stage.
+// prepared from Debian's fortunes, and the command lines that train them at a given world size and ZeRO stage.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -27,14 +26,6 @@ inline const std::string kTinyGpt =
     " --set optim.name=adamw --set optim.lr=0.003 --set optim.weight_decay=0.1 --set optim.clip_grad_norm=0.5"
     " --set data.shuffle=false --set train.threads=1 --set output.report=false --set output.trace_steps=0"
     " --set train.eval_every_epoch=false --set parallel.first_bucket_mb=0.002 --set parallel.bucket_mb=0.01";
-
-// The reference MLP, small: SGD with momentum, a batch of 10 (uneven slices
-// on 3 and 4 ranks) in two micro-batches.
-inline const std::string kSmallMlp =
-    " --set model.hidden=[64,32] --set data.limit_train=200 --set train.batch_size=10 --set train.accum_steps=2"
-    " --set optim.name=sgd --set optim.momentum=0.9 --set optim.lr=0.05 --set optim.weight_decay=0.001"
-    " --set optim.clip_grad_norm=1.0 --set train.threads=1 --set output.report=false --set output.trace_steps=0"
-    " --set train.eval_every_epoch=false --set parallel.first_bucket_mb=0.01 --set parallel.bucket_mb=0.05";
 
 // " --nproc-per-node N --set parallel.zero=S" (no launcher for N = 0).
 inline std::string world(int nproc, int zero) {

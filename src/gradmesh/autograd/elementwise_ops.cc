@@ -52,6 +52,22 @@ Variable reshape(const Variable& x, const Shape& shape) {
   return result;
 }
 
+Variable scale(const Variable& x, float factor) {
+  const int64_t n = x.value().numel();
+  Tensor y = x.value().clone();
+  float* v = y.data();
+  for (int64_t i = 0; i < n; ++i) v[i] *= factor;
+  Variable result(std::move(y));
+  if (!should_record({&x})) return result;
+  auto xs = x.state(), ys = result.state();
+  current_tape().record({xs}, ys, [=] {
+    GradTarget t = grad_target(*xs);
+    const float* g = ys->grad.data();
+    for (int64_t i = 0; i < n; ++i) t.data[i] = (t.accumulate ? t.data[i] : 0.0f) + factor * g[i];
+  });
+  return result;
+}
+
 Variable add(const Variable& a, const Variable& b) {
   if (a.shape() != b.shape())
     throw_error(ErrorKind::kShape, "add", shape_str(a.shape()) + " + " + shape_str(b.shape()));

@@ -59,6 +59,9 @@ Variable reshape(const Variable& x, const Shape& shape);
 
 Variable add(const Variable& a, const Variable& b);
 
+// factor * x, elementwise.
+Variable scale(const Variable& x, float factor);
+
 // sum over rows of -log softmax(logits)[label], divided by `denominator`
 // (0 = number of rows, i.e. the mean). A data-parallel worker passes the
 // global batch size so the sum of all ranks' gradients is the exact mean.

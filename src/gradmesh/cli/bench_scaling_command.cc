@@ -167,6 +167,105 @@ std::vector<double> gradient_buckets(const train::Config& config) {
   return out;
 }
 
+// Runs a probe's command on n workers: under the launcher on this machine,
+// or one launcher per emulated host.
+class ProbeRunner {
+ public:
+  ProbeRunner(fs::path dir, scaling::EmulatedCluster* cluster, std::string self)
+      : dir_(std::move(dir)), cluster_(cluster), self_(std::move(self)) {}
+
+  // Runs `argv` on `n` workers; returns the first log's path. `name` names the logs, `what` the probe in errors.
+  std::string run(int n, const std::vector<std::string>& argv, const std::string& name, const std::string& what) {
+    std::vector<std::vector<std::string>> commands;
+    std::vector<std::string> logs;
+    ++round_;
+    if (!cluster_) {
+      std::vector<std::string> c;  // `argv` itself, or under the launcher
+      if (n > 1) c = {self_, "launch", "--nproc-per-node", std::to_string(n), "--"};
+      c.insert(c.end(), argv.begin(), argv.end());
+      commands.push_back(c);
+      logs.push_back((dir_ / (name + ".log")).string());
+    } else {
+      for (int host = 0; host < n; ++host) {
+        std::vector<std::string> c = cluster_->exec_prefix(host);
+        c.insert(c.end(), {"env", "GRADMESH_HOSTNAME=" + cluster_->address(host), self_, "launch", "--nnodes",
+                           std::to_string(n), "--node-rank", std::to_string(host), "--nproc-per-node", "1",
+                           "--rdzv-endpoint", cluster_->store_endpoint(), "--rdzv-id",
+                           name + "-" + std::to_string(::getpid()) + "-" + std::to_string(round_), "--"});
+        c.insert(c.end(), argv.begin(), argv.end());
+        for (std::string& word : c)  // each host writes its own run directory
+          if (word == "output.dir=" + dir_.string()) word = "output.dir=" + (dir_ / ("host" + std::to_string(host))).string();
+        commands.push_back(c);
+        logs.push_back((dir_ / (name + "-host" + std::to_string(host) + ".log")).string());
+      }
+    }
+    run_together(commands, logs, what);
+    return logs.front();
+  }
+
+  const std::string& self() const { return self_; }
+
+ private:
+  fs::path dir_;
+  scaling::EmulatedCluster* cluster_;
+  std::string self_;
+  int round_ = 0;
+};
+
+// The transport's all-reduce, at the sizes the buckets have, on every
+// worker count probed (2 when only one was): gloo runs other algorithms
+// on odd counts, and one alpha and beta are fitted over all of them.
+std::vector<scaling::AllreduceSample> probe_allreduce(ProbeRunner& probes, const std::vector<int>& workers,
+                                                      const std::vector<double>& buckets, const std::string& backend,
+                                                      const scaling::EmulatedCluster* cluster) {
+  std::vector<scaling::AllreduceSample> samples;
+  const double largest = *std::max_element(buckets.begin(), buckets.end());
+  std::vector<int> comm_counts;
+  for (int n : workers)
+    if (n >= 2) comm_counts.push_back(n);
+  if (comm_counts.empty()) comm_counts.push_back(2);
+  for (int n : comm_counts) {
+    if (cluster && n > cluster->hosts()) break;
+    std::fprintf(stderr, "probe: all-reduce on %d ranks (%s backend)\n", n, backend.c_str());
+    const std::string log =
+        probes.run(n, {probes.self(), "bench", "comm", "--backend", backend, "--json", "--min-bytes", "4096",
+                       "--max-bytes", std::to_string(static_cast<int64_t>(std::max(largest, 65536.0)))},
+                   "comm-" + std::to_string(n), "the all-reduce probe on " + std::to_string(n) + " ranks");
+    for (const scaling::AllreduceSample& s : scaling::read_comm_samples(checkpoint::read_file_bytes(log), log))
+      samples.push_back(s);
+  }
+  if (samples.size() < 2)
+    throw_error(ErrorKind::kUsage, "--hosts", "the link is fitted from all-reduces on 2 or more hosts: emulate at least 2");
+  return samples;
+}
+
+// The emulated hosts, when asked for (--hosts): every probe then runs one worker per host over gloo.
+std::unique_ptr<scaling::EmulatedCluster> start_cluster(const BenchScalingArgs& args, int most_workers, const fs::path& dir) {
+  if (args.hosts.empty()) return nullptr;
+  const int hosts = parse_hosts(args.hosts);
+  if (most_workers > hosts)
+    throw_error(ErrorKind::kUsage, "--workers",
+                std::to_string(most_workers) + " workers need as many hosts; --hosts has " + std::to_string(hosts));
+  auto cluster = std::make_unique<scaling::EmulatedCluster>(hosts, args.link_rate, dir.string());
+  throw_if_interrupted();
+  std::fprintf(stderr, "emulated cluster: %d hosts (network namespaces %s .. %s), %s links (tc tbf), a Redis store on host 0\n",
+               hosts, cluster->namespaces().front().c_str(), cluster->namespaces().back().c_str(),
+               args.link_rate.c_str());
+  return cluster;
+}
+
+void write_outputs(const BenchScalingArgs& args, const scaling::ScalingStudy& study) {
+  std::printf("%s", scaling::scaling_table(study).c_str());
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream out(path);
+    if (!(out << text)) throw_error(ErrorKind::kIo, path, "cannot write");
+    std::printf("wrote %s\n", path.c_str());
+  };
+  if (!args.json_path.empty()) write(args.json_path, scaling::scaling_json(study));
+  if (!args.svg_path.empty()) write(args.svg_path, scaling::scaling_svg(study));
+  if (!args.report_path.empty()) write(args.report_path, scaling::scaling_html(study));
+}
+
 }  // namespace
 
 int run_bench_scaling(const BenchScalingArgs& args) {
@@ -207,49 +306,9 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGHUP, &action, nullptr);
 
-  // The emulated hosts, when asked for: every probe then runs one worker per host over gloo.
-  std::unique_ptr<scaling::EmulatedCluster> cluster;
-  if (!args.hosts.empty()) {
-    const int hosts = parse_hosts(args.hosts);
-    if (workers.back() > hosts)
-      throw_error(ErrorKind::kUsage, "--workers",
-                  std::to_string(workers.back()) + " workers need as many hosts; --hosts has " + std::to_string(hosts));
-    cluster = std::make_unique<scaling::EmulatedCluster>(hosts, args.link_rate, dir.string());
-    throw_if_interrupted();
-    std::fprintf(stderr, "emulated cluster: %d hosts (network namespaces %s .. %s), %s links (tc tbf), a Redis store on host 0\n",
-                 hosts, cluster->namespaces().front().c_str(), cluster->namespaces().back().c_str(),
-                 args.link_rate.c_str());
-  }
+  const std::unique_ptr<scaling::EmulatedCluster> cluster = start_cluster(args, workers.back(), dir);
   const std::string backend = cluster ? "gloo" : config.parallel.backend;
-  // `argv` on n workers: under the launcher on this machine, or one launcher per emulated host.
-  int round = 0;
-  auto run_on = [&](int n, const std::vector<std::string>& argv, const std::string& name, const std::string& what) {
-    std::vector<std::vector<std::string>> commands;
-    std::vector<std::string> logs;
-    ++round;
-    if (!cluster) {
-      std::vector<std::string> c;  // `argv` itself, or under the launcher
-      if (n > 1) c = {self, "launch", "--nproc-per-node", std::to_string(n), "--"};
-      c.insert(c.end(), argv.begin(), argv.end());
-      commands.push_back(c);
-      logs.push_back((dir / (name + ".log")).string());
-    } else {
-      for (int host = 0; host < n; ++host) {
-        std::vector<std::string> c = cluster->exec_prefix(host);
-        c.insert(c.end(), {"env", "GRADMESH_HOSTNAME=" + cluster->address(host), self, "launch", "--nnodes",
-                           std::to_string(n), "--node-rank", std::to_string(host), "--nproc-per-node", "1",
-                           "--rdzv-endpoint", cluster->store_endpoint(), "--rdzv-id",
-                           name + "-" + std::to_string(::getpid()) + "-" + std::to_string(round), "--"});
-        c.insert(c.end(), argv.begin(), argv.end());
-        for (std::string& word : c)  // each host writes its own run directory
-          if (word == "output.dir=" + dir.string()) word = "output.dir=" + (dir / ("host" + std::to_string(host))).string();
-        commands.push_back(c);
-        logs.push_back((dir / (name + "-host" + std::to_string(host) + ".log")).string());
-      }
-    }
-    run_together(commands, logs, what);
-    return logs.front();
-  };
+  ProbeRunner probes{dir, cluster.get(), self};
 
   scaling::ScalingStudy study;
   study.config = args.config;
@@ -269,30 +328,12 @@ int run_bench_scaling(const BenchScalingArgs& args) {
                  cluster ? " (one per emulated host)" : "", static_cast<long long>(args.steps),
                  static_cast<long long>(args.warmup),
                  static_cast<unsigned>(n) > cores ? " (more workers than cores: they time-share)" : "");
-    run_on(n, argv, run, "the probe with " + std::to_string(n) + " workers");
+    probes.run(n, argv, run, "the probe with " + std::to_string(n) + " workers");
     const fs::path run_dir = cluster ? dir / "host0" / run : dir / run;
     study.probes.push_back(scaling::read_probe((run_dir / "metrics.jsonl").string(), n, batch, args.warmup));
   }
 
-  // The transport's all-reduce, at the sizes the buckets have, on every
-  // worker count probed (2 when only one was): gloo runs other algorithms
-  // on odd counts, and one alpha and beta are fitted over all of them.
-  std::vector<scaling::AllreduceSample> samples;
-  const double largest = *std::max_element(buckets.begin(), buckets.end());
-  std::vector<int> comm_counts;
-  for (int n : workers)
-    if (n >= 2) comm_counts.push_back(n);
-  if (comm_counts.empty()) comm_counts.push_back(2);
-  for (int n : comm_counts) {
-    if (cluster && n > cluster->hosts()) break;
-    std::fprintf(stderr, "probe: all-reduce on %d ranks (%s backend)\n", n, backend.c_str());
-    const std::string log = run_on(n, {self, "bench", "comm", "--backend", backend, "--json", "--min-bytes", "4096",
-                                       "--max-bytes", std::to_string(static_cast<int64_t>(std::max(largest, 65536.0)))},
-                                   "comm-" + std::to_string(n), "the all-reduce probe on " + std::to_string(n) + " ranks");
-    for (const scaling::AllreduceSample& s : scaling::read_comm_samples(checkpoint::read_file_bytes(log), log)) samples.push_back(s);
-  }
-  if (samples.size() < 2)
-    throw_error(ErrorKind::kUsage, "--hosts", "the link is fitted from all-reduces on 2 or more hosts: emulate at least 2");
+  const std::vector<scaling::AllreduceSample> samples = probe_allreduce(probes, workers, buckets, backend, cluster.get());
   const scaling::LinkCost measured = scaling::fit_link(samples);
   const double hd = scaling::halving_doubling_limit(samples);
   // Every probe (and emulated host) ran on this machine's cores: the fit
@@ -314,15 +355,7 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   }
   study.curve = scaling::predict_curve(study.target, batch, args.max_workers);
 
-  std::printf("%s", scaling::scaling_table(study).c_str());
-  auto write = [](const std::string& path, const std::string& text) {
-    std::ofstream out(path);
-    if (!(out << text)) throw_error(ErrorKind::kIo, path, "cannot write");
-    std::printf("wrote %s\n", path.c_str());
-  };
-  if (!args.json_path.empty()) write(args.json_path, scaling::scaling_json(study));
-  if (!args.svg_path.empty()) write(args.svg_path, scaling::scaling_svg(study));
-  if (!args.report_path.empty()) write(args.report_path, scaling::scaling_html(study));
+  write_outputs(args, study);
   return 0;
 }
 

@@ -101,16 +101,24 @@ std::unique_ptr<ThreadPool>& pool_slot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
 }
+std::mutex& pool_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 int g_threads = 1;
 }  // namespace
 
+// Several threads may ask for the pool first (a server's, or ranks running as
+// threads): one of them creates it.
 ThreadPool& compute_pool() {
+  std::lock_guard<std::mutex> lock(pool_mutex());
   auto& slot = pool_slot();
   if (!slot) slot = std::make_unique<ThreadPool>(g_threads);
   return *slot;
 }
 
 void resize_compute_pool(int threads) {
+  std::lock_guard<std::mutex> lock(pool_mutex());
   g_threads = std::max(threads, 1);
   pool_slot().reset();
 }

@@ -9,7 +9,7 @@
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/config.h"
-#include "gradmesh/core/http_listen.h"
+#include "gradmesh/net/http_listen.h"
 #include "gradmesh/obs/dashboard_page.h"
 #include "gradmesh/obs/run_exposition.h"
 #include "gradmesh/obs/run_log.h"

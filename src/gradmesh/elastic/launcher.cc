@@ -20,7 +20,7 @@
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/secret.h"
-#include "gradmesh/core/http_listen.h"
+#include "gradmesh/net/http_listen.h"
 #include "gradmesh/elastic/agent_http.h"
 #include "gradmesh/elastic/agent_status.h"
 #include "gradmesh/elastic/rank_assignment.h"

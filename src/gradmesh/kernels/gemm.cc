@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -59,7 +60,9 @@ void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 }
 
 namespace {
-int g_threads = 1;
+std::atomic<int> g_threads{1};
+int g_applied = 0;  // the count OpenBLAS and the pool were last given (0: never); under g_threads_mutex
+std::mutex g_threads_mutex;
 
 // More threads than this is a typo, not a machine.
 constexpr int kMaxThreads = 1024;
@@ -78,8 +81,14 @@ int default_threads() {
 
 }  // namespace
 
+// Asking again for the count in force changes nothing: ranks that run as
+// threads of one process (the in-process tests) each set the same count
+// while the others already compute.
 void set_num_threads(int threads) {
   if (threads <= 0) threads = default_threads();
+  std::lock_guard<std::mutex> lock(g_threads_mutex);
+  if (threads == g_applied) return;
+  g_applied = threads;
   g_threads = threads;
   openblas_set_num_threads(threads);
   resize_compute_pool(threads);

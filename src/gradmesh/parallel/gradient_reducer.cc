@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/clock.h"
@@ -169,6 +170,19 @@ bool GradientReducer::agree_on_finite_loss_without_buckets() {
 
 std::vector<float> GradientReducer::gather_step_losses() {
   return parallel::gather_step_losses(*group_, step_loss_, options_.timeout);
+}
+
+std::string non_finite_ranks(const std::vector<float>& losses) {
+  std::vector<std::string> named;
+  for (size_t r = 0; r < losses.size(); ++r) {
+    if (std::isfinite(losses[r])) continue;
+    const char* value = std::isnan(losses[r]) ? "nan" : losses[r] > 0 ? "inf" : "-inf";
+    named.push_back(std::to_string(r) + " (" + value + ")");
+  }
+  if (named.empty()) return "";
+  std::string out = named.size() == 1 ? "on rank " : "on ranks ";
+  for (size_t i = 0; i < named.size(); ++i) out += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
+  return out;
 }
 
 }  // namespace gradmesh::parallel

@@ -134,4 +134,8 @@ class GradientReducer {
   bool compressing_ = false;  // this step goes through compressor_
 };
 
+// What a failed step's message says about gather_step_losses(): "on rank 1
+// (nan)", "on ranks 0 (inf) and 2 (nan)"; empty when every loss is finite.
+std::string non_finite_ranks(const std::vector<float>& losses);
+
 }  // namespace gradmesh::parallel

@@ -19,7 +19,7 @@
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
-#include "gradmesh/core/http_listen.h"
+#include "gradmesh/net/http_listen.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::serve {

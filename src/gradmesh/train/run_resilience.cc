@@ -56,11 +56,11 @@ int RunResilience::hand_over(comm::ProcessGroup& group, bool have_state, nn::Mod
   return recovery_->hand_over(group, have_state, model, optimizer, state, run_dir);
 }
 
-void RunResilience::started(int64_t step, obs::JsonlWriter* metrics) {
-  metrics_ = metrics;
+void RunResilience::started(int64_t step, RunObserver& observer) {
+  observer_ = &observer;
   restart_step_ = step;
   pending_.reset();
-  if (!launched_ || generation_ == 0 || metrics == nullptr) return;
+  if (!launched_ || generation_ == 0 || !observer.records()) return;
   try {
     pending_ = elastic::read_restart_record(*store_, env_.run_id, generation_);
   } catch (const Error& e) {
@@ -93,18 +93,10 @@ void RunResilience::stepped(int64_t step) {
 void RunResilience::finished() { report_restart(); }
 
 void RunResilience::report_restart() {
-  if (!pending_ || metrics_ == nullptr) return;
+  if (!pending_ || observer_ == nullptr) return;
   const elastic::RestartRecord r = *pending_;
   pending_.reset();
-  obs::JsonObject line;
-  line.add("type", "restart").add("generation", r.generation).add("failed_rank", r.failed_rank)
-      .add("failed_node", r.failed_node).add("cause", r.cause).add("exit_code", r.exit_code)
-      .add("recovery", recovery_ ? "in-process" : "restart")
-      .add("resumed_at_step", restart_step_)
-      .add("seconds_to_first_step", static_cast<double>(unix_millis() - r.failure_unix_ms) / 1e3);
-  // Steps trained before the failure that had to be trained again.
-  if (r.last_step >= 0) line.add("steps_lost", std::max<int64_t>(0, r.last_step - restart_step_));
-  metrics_->write(line);
+  observer_->restarted(r, recovery_ != nullptr, restart_step_);
 }
 
 void RunResilience::touch() {

@@ -1,4 +1,5 @@
-// What a launched worker does so that the job survives failures: heartbeats
+// The training loop's fault-tolerance hooks: what a launched worker does so
+// that the job survives failures. Heartbeats
 // for the launcher's hang detection, the "restart" event in metrics.jsonl
 // (generation, failed rank, cause, steps lost, seconds from the failure to
 // the first step trained again), and in-process recovery when
@@ -14,9 +15,9 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/elastic/heartbeat.h"
 #include "gradmesh/elastic/restart_record.h"
-#include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/in_process_recovery.h"
+#include "gradmesh/train/run_observer.h"
 #include "gradmesh/train/run_plan.h"
 
 namespace gradmesh::train {
@@ -36,9 +37,9 @@ class RunResilience {
   int hand_over(comm::ProcessGroup& group, bool have_state, nn::Model& model, optim::Optimizer& optimizer,
                 checkpoint::TrainerState& state, std::string& run_dir);
 
-  // The run (re)starts training at `step` in the current generation; rank 0
-  // passes its metrics writer (others null) to report the restart after the first step.
-  void started(int64_t step, obs::JsonlWriter* metrics);
+  // The run (re)starts training at `step` in the current generation; after
+  // the first step `observer` reports the restart (rank 0's records it).
+  void started(int64_t step, RunObserver& observer);
   // Rank 0 tells the launchers where the run's metrics.jsonl is, for node 0's
   // dashboard (elastic/metrics_feed.h); nothing without a launcher.
   void publish_metrics_path(const std::string& path);
@@ -62,7 +63,7 @@ class RunResilience {
   std::unique_ptr<InProcessRecovery> recovery_;
   std::optional<elastic::RestartRecord> pending_;  // reported after the first step of this generation
   int64_t restart_step_ = 0;
-  obs::JsonlWriter* metrics_ = nullptr;
+  RunObserver* observer_ = nullptr;
   std::string metrics_path_;  // rank 0: what publish_metrics_path() published, kept by the heartbeat
 
   void report_restart();

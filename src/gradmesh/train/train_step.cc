@@ -9,7 +9,6 @@
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
-#include "gradmesh/optim/clip.h"
 
 namespace gradmesh::train {
 
@@ -23,80 +22,32 @@ std::string value_text(float v) {
 
 constexpr const char* kDivergenceHint = "; lower optim.lr or enable optim.clip_grad_norm";
 
-// "on rank 1 (nan)", "on ranks 0 (inf) and 2 (nan)"; empty when every loss is finite.
-std::string culprits(const std::vector<float>& losses) {
-  std::vector<std::string> named;
-  for (size_t r = 0; r < losses.size(); ++r)
-    if (!std::isfinite(losses[r])) named.push_back(std::to_string(r) + " (" + value_text(losses[r]) + ")");
-  if (named.empty()) return "";
-  std::string out = named.size() == 1 ? "on rank " : "on ranks ";
-  for (size_t i = 0; i < named.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
-  return out;
-}
-
 }  // namespace
 
 void StepRunner::stop_unless_finite(int64_t step, double loss) {
+  if (sync_.step_finite()) return;
   const std::string where = "step " + std::to_string(step);
-  if (!reduces()) {
-    if (!std::isfinite(loss))
-      throw_error(ErrorKind::kInternal, where,
-                  "the loss is not finite (" + value_text(static_cast<float>(loss)) + ")" + kDivergenceHint);
-    return;
-  }
-  if (reducer_ ? reducer_->step_finite() : zero_->step_finite()) return;
-  // Every rank got the same verdict from the reduction, so every rank is here.
-  const std::string ranks = culprits(reducer_ ? reducer_->gather_step_losses() : zero_->gather_step_losses());
+  // Every rank got the same verdict from the exchange, so every rank is here.
+  const std::vector<float> losses = sync_.gather_step_losses();
+  if (losses.size() == 1)
+    throw_error(ErrorKind::kInternal, where,
+                "the loss is not finite (" + value_text(static_cast<float>(loss)) + ")" + kDivergenceHint);
+  const std::string ranks = parallel::non_finite_ranks(losses);
   if (ranks.empty())
     throw_error(ErrorKind::kInternal, where,
                 "the summed gradients are not finite although every rank's loss is" + std::string(kDivergenceHint));
   throw_error(ErrorKind::kInternal, where, "the loss is not finite " + ranks + kDivergenceHint);
 }
 
-autograd::GradReadyHook StepRunner::begin_reduction(int64_t step) {
-  if (reducer_) return reducer_->begin_step(step);
-  if (zero_) return zero_->begin_step();
-  return {};
-}
-
-void StepRunner::set_step_loss(double loss) {
-  if (reducer_) reducer_->set_step_loss(loss);
-  if (zero_) zero_->set_step_loss(loss);
-}
-
-void StepRunner::finish_reduction(parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
-  if (!reduces()) return;
-  const double t0 = now_seconds();
-  const double waited = reducer_ ? reducer_->finish_step() : zero_->finish_step();
-  times[parallel::Phase::kComm] += waited;
-  if (!trace) return;
-  trace->span("compute", "wait for gradients", t0, t0 + waited);
-  const char* what = zero_ ? "reduce-scatter bucket " : "allreduce bucket ";
-  for (const parallel::BucketSpan& b : reducer_ ? reducer_->last_spans() : zero_->last_spans())
-    trace->span("comm", what + std::to_string(b.bucket), b.start_s, b.end_s,
-                obs::JsonObject().add("bytes", b.bytes).add("queued_ms", (b.start_s - b.launch_s) * 1e3));
-}
-
 void StepRunner::update(float lr, parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
   const double t0 = now_seconds();
-  float* grads = model_.flat_grads().data();
   const auto max_norm = static_cast<float>(config_.optim.clip_grad_norm);
-  // Under ZeRO no rank holds the whole summed gradient: the norm comes from every rank's shard.
-  if (max_norm > 0) {
-    if (zero_ && whole_) whole_->clip_grad_norm(max_norm, &zero_->owned_ranges(), &zero_->group());
-    else if (zero_) zero_->clip_grad_norm(max_norm);
-    else if (whole_) whole_->clip_grad_norm(max_norm);
-    else optim::clip_grad_norm(grads, model_.num_parameters(), max_norm);
-  }
-  optimizer_.step(model_.flat_params().data(), grads, lr);
+  if (max_norm > 0) sync_.clip_grad_norm(max_norm, model_, whole_);
+  optimizer_.step(model_.flat_params().data(), model_.flat_grads().data(), lr);
   const double t1 = now_seconds();
   times[parallel::Phase::kOptimizer] += t1 - t0;
   if (trace) trace->span("compute", "optimizer", t0, t1);
-  if (!zero_) return;
-  const double gathered = zero_->gather_params();
-  times[parallel::Phase::kComm] += gathered;
-  if (trace) trace->span("comm", "all-gather parameters", t1, t1 + gathered);
+  sync_.after_update(times, trace);
 }
 
 double StepRunner::run_pipeline(const data::Batch& batch, parallel::PhaseTimes& times, obs::ChromeTrace* trace) {
@@ -180,13 +131,13 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   using parallel::Phase;
   if (pipeline_ != nullptr) {
     model_.zero_grad();
-    const autograd::GradReadyHook hook = begin_reduction(step);
+    const autograd::GradReadyHook hook = sync_.begin_step(step);
     const double loss = run_pipeline(batch, times, trace);
-    set_step_loss(loss);
+    sync_.set_step_loss(loss);
     // Every gradient is final now: the data-parallel reduction starts from the last parameter, as backward would.
     if (hook)
       for (int i = static_cast<int>(model_.parameters().size()) - 1; i >= 0; --i) hook(i);
-    finish_reduction(times, trace);
+    sync_.finish(times, trace);
     stop_unless_finite(step, loss);
     update(lr, times, trace);
     ++times.steps;
@@ -203,7 +154,8 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   const int64_t micro = config_.train.accum_steps, targets = batch.targets_per_sample;
   // The mean over every target of the global batch (one per image, one per
   // token position); with local SGD over this rank's own targets.
-  const int64_t averaged = local_mean_ ? rows : batch.global_batch_len;
+  const bool local_mean = sync_.averages_locally();
+  const int64_t averaged = local_mean ? rows : batch.global_batch_len;
   const auto denominator = static_cast<float>(std::max<int64_t>(averaged, 1) * targets);
   auto span = [&](const char* track, const std::string& name, double a, double b) {
     if (trace) trace->span(track, name, a, b);
@@ -217,7 +169,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   Shape shape = batch.images.shape();
   double loss = 0;
   model_.zero_grad();
-  const autograd::GradReadyHook hook = begin_reduction(step);
+  const autograd::GradReadyHook hook = sync_.begin_step(step);
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto [lo, hi] = parts[i];
     const double t0 = now_seconds();
@@ -228,7 +180,7 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
     autograd::Variable out = model_.root().loss(model_.forward(x), labels, denominator);
     loss += out.value().item();
     // The step's loss is complete before the backward that launches buckets.
-    if (i + 1 == parts.size()) set_step_loss(loss);
+    if (i + 1 == parts.size()) sync_.set_step_loss(loss);
     const double t1 = now_seconds();
     // Only the last micro-batch's gradients are final: earlier ones accumulate without communication.
     model_.backward(out, i + 1 == parts.size() ? hook : autograd::GradReadyHook{});
@@ -240,13 +192,13 @@ double StepRunner::run(const data::Batch& batch, float lr, int64_t step, paralle
   }
   if (parts.empty()) {
     model_.flat_grads().zero();  // this rank contributes nothing to the sum
-    set_step_loss(0);
+    sync_.set_step_loss(0);
   }
-  finish_reduction(times, trace);
+  sync_.finish(times, trace);
   stop_unless_finite(step, loss);
   update(lr, times, trace);
   // This rank's share of the batch loss either way (the logs sum the ranks' shares).
-  if (local_mean_ && batch.global_batch_len > 0)
+  if (local_mean && batch.global_batch_len > 0)
     loss *= static_cast<double>(rows) / static_cast<double>(batch.global_batch_len);
   ++times.steps;
   times.loss_sum += loss;

@@ -57,21 +57,10 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, group_);
   adopt_dp_group(prepared_.dp_group ? prepared_.dp_group : group_);
   set_up_pipeline();
-  // ZeRO's layout decides which elements this rank's optimizer owns, so it comes first.
-  if (multi_rank(dp_) && config_.parallel.zero >= 1)
-    zero_ = std::make_unique<parallel::ZeroReducer>(model(), dp_group_, zero_options(config_.parallel));
-  if (prepared_.deferred_init) {
-    GRADMESH_CHECK(zero_ && zero_->stage() == 3, "deferred initialisation without ZeRO stage 3");
-    const parallel::ShardLayout& layout = zero_->layout();
-    for (size_t b = 0; b < layout.buckets().size(); ++b) {
-      const parallel::FlatRange mine = layout.owned(b, rank_);
-      model().initialize_range(mine.begin, mine.end);
-    }
-  }
-  optimizer_ = make_optimizer(config_, zero_ ? zero_->param_groups([this](const nn::ParameterInfo& p) {
-                                                 return weight_decay_of(config_, p);
-                                               })
-                                             : whole_model_param_groups(config_, model()));
+  // The strategy decides which elements this rank's optimizer owns (ZeRO's layout), so it comes first.
+  sync_ = make_gradient_sync(config_, model(), dp_group_);
+  if (prepared_.deferred_init) sync_->initialize_owned(model());
+  optimizer_ = make_optimizer(config_, sync_->param_groups(config_, model()));
   schedule_ = schedule_options(config_, prepared_.steps.total_steps);
   base_lr_ = static_cast<float>(config_.optim.lr);
   optim::validate_schedule(schedule_, base_lr_);
@@ -102,35 +91,13 @@ void TrainingRun::adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp) {
 
 // What depends on the group: rebuilt after an in-process recovery.
 void TrainingRun::build_step_machinery() {
-  runner_.reset();
-  reducer_.reset();
-  local_sgd_.reset();
-  if (multi_rank(dp_) && config_.parallel.local_steps > 1) {
-    parallel::LocalSgdOptions o;
-    o.local_steps = config_.parallel.local_steps;
-    o.outer_lr = static_cast<float>(config_.parallel.outer_lr);
-    o.outer_momentum = static_cast<float>(config_.parallel.outer_momentum);
-    o.timeout = collective_timeout(config_.parallel);
-    local_sgd_ = std::make_unique<parallel::LocalSgd>(model(), dp_group_, o);
-  } else if (multi_rank(dp_) && !zero_) {
-    reducer_ = std::make_unique<parallel::GradientReducer>(model(), dp_group_, reducer_options(config_));
-  }
   loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
-  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, reducer_.get(), zero_.get(),
-                                         prepared_.whole.get(), pipeline_.forward ? &pipeline_ : nullptr);
-  if (local_sgd_) runner_->use_local_mean();
+  runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, *sync_, prepared_.whole.get(),
+                                         pipeline_.forward ? &pipeline_ : nullptr);
   stop_vote_ = std::make_unique<StopVote>(world_);
   balancer_.reset();
   if (multi_rank(dp_) && config_.parallel.straggler == "rebalance")
     balancer_ = std::make_unique<parallel::SplitBalancer>(dp_size_);
-}
-
-void TrainingRun::gather_full_parameters() {
-  if (param_shards_) param_shards_->gather_all();
-}
-
-void TrainingRun::release_full_parameters() {
-  if (param_shards_) param_shards_->release_all();
 }
 
 TrainSummary TrainingRun::run() {
@@ -138,17 +105,7 @@ TrainSummary TrainingRun::run() {
   // Stage 3: the parameters are whole now (broadcast, or loaded from a
   // checkpoint on every rank); from here on a rank keeps only its pieces and
   // the model gathers each unit around its use.
-  if (zero_ && zero_->stage() == 3) {
-    // Every rank must run every micro-batch's units: no rank may get an empty one.
-    if (tc_.batch_size / dp_size_ < tc_.accum_steps)
-      throw_error(ErrorKind::kConfig, "train.batch_size",
-                  std::to_string(tc_.batch_size) + " over " + std::to_string(dp_size_) +
-                      " ranks leaves a rank fewer samples than train.accum_steps = " + std::to_string(tc_.accum_steps) +
-                      ", which parallel.zero = 3 needs (every rank runs every micro-batch's parameter gathers)");
-    param_shards_ = std::make_unique<parallel::ZeroParamShards>(model(), dp_group_, zero_->layout(),
-                                                                collective_timeout(config_.parallel));
-    nn::forward_context().unit_hooks = param_shards_.get();
-  }
+  sync_->shard_parameters(config_);
   struct HooksOff {
     ~HooksOff() { nn::forward_context().unit_hooks = nullptr; }
   } hooks_off;
@@ -176,7 +133,7 @@ TrainSummary TrainingRun::run() {
   // The whole run's consumption, before the summary line quotes its cost and peak memory.
   summarize(meter_usage());
   if (config_.output.trace_steps > 0) trace_->write(summary_.run_dir + "/trace.rank" + std::to_string(rank_) + ".json");
-  if (config_.output.save_weights && !summary_.stopped) gather_full_parameters();
+  if (config_.output.save_weights && !summary_.stopped) sync_->gather_full_parameters();
   // A split model's weights are assembled on every rank of its group; rank 0 writes them.
   const std::vector<std::pair<std::string, Tensor>> weights =
       !config_.output.save_weights || summary_.stopped ? std::vector<std::pair<std::string, Tensor>>{}
@@ -187,14 +144,12 @@ TrainSummary TrainingRun::run() {
     summary_.weights_path = summary_.run_dir + "/model.safetensors";
     save_weights(weights, summary_.weights_path, config_, s_.step, epochs_run_);
   }
-  write_summary_line();
-  // The page is a view of metrics.jsonl: failing to draw it fails nothing.
-  if (config_.output.report) try {
-      write_report();
-    } catch (const std::exception& e) {
-      log_warn(std::string("report.html was not written: ") + e.what() + " (`gradmesh report " + summary_.run_dir +
-               "` draws it from metrics.jsonl)");
-    }
+  CheckpointFigures written;
+  if (checkpointer_ && checkpointer_->saves() > 0) {  // this process's writes
+    const checkpoint::CheckpointStats c = checkpointer_->stats();
+    written = {checkpointer_->saves(), c.bytes, c.write_seconds, checkpointer_->stall_seconds()};
+  }
+  observer_->finished(summary_, written, config_.output.report);
   return summary_;
 }
 
@@ -221,13 +176,13 @@ void TrainingRun::open_outputs() {
       create_private_directories(summary_.run_dir, ignored);
     }
     resumed = prepared_.whole ? resume_split_ranks(world_, loaded, *prepared_.whole, model(), *optimizer_, state)
-                              : resume_ranks(world_, loaded, model(), *optimizer_, zero_ != nullptr, state);
-    if (communication_state()) {
+                              : resume_ranks(world_, loaded, model(), *optimizer_, sync_->shards_optimizer(), state);
+    if (sync_->has_state()) {
       if (resumed) {
-        const std::string fresh = restore_communication_state(*dp_group_, loaded, powersgd(), local_sgd_.get());
+        const std::string fresh = sync_->restore_state(loaded);
         if (!fresh.empty()) notes.push_back(fresh);
-      } else if (local_sgd_) {
-        local_sgd_->reset_outer();
+      } else {
+        sync_->start_fresh();
       }
     }
   }
@@ -240,22 +195,21 @@ void TrainingRun::open_outputs() {
   // their pieces, and rank 0 commits the checkpoint.
   if (prepared_.whole) {
     const checkpoint::SavedLayout layout{prepared_.mesh.dp, prepared_.mesh.pp, prepared_.mesh.tp,
-                                         zero_ ? zero_->stage() : 0};
+                                         sync_->zero_stage()};
     splits_.writes = writes_split_checkpoint(layout, dp_rank_);
     splits_.save = SplitSave{rank_, split_checkpoint_writers(layout), layout};
   }
   checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
-                                                    leader_ || zero_ || splits_.writes, now_seconds(), leader_,
+                                                    leader_ || sync_->shards_optimizer() || splits_.writes, now_seconds(), leader_,
                                                     parts_timeout_s());
   if (resumed) start_from(state, options_.replacement ? "replica" : "checkpoint", skipped);
-  resilience_.started(s_.step, metrics_.get());
+  resilience_.started(s_.step, *observer_);
 }
 
 void TrainingRun::open_metrics(bool append) {
   const std::string path = summary_.run_dir + "/metrics.jsonl";
-  usage_meter_ = std::make_unique<UsageMeter>(prices_of(config_.metering), checkpoints_dir_of(config_, summary_.run_dir),
-                                              append ? path : std::string(), now_seconds());
-  metrics_ = std::make_unique<obs::JsonlWriter>(path, append);
+  observer_ = make_metrics_observer(path, append, config_.metering, checkpoints_dir_of(config_, summary_.run_dir),
+                                    now_seconds());
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   resilience_.publish_metrics_path(ec ? path : absolute.string());
@@ -273,12 +227,7 @@ void TrainingRun::start_from(const checkpoint::TrainerState& state, const std::s
   // The checkpoint resumed from verified, so it was saved; a replica's state was not.
   before_.checkpoints_saved = state.checkpoints_saved + (how == "checkpoint" ? 1 : 0);
   before_.checkpoints_failed = state.checkpoints_failed;
-  if (metrics_)
-    metrics_->write(obs::JsonObject().add("type", "resume").add("step", state.step).add("epoch", state.epoch)
-                        .add("from", how).add("checkpoint_world_size", state.world_size)
-                        .add("checkpoint_zero_stage", state.zero_stage)
-                        .add("world_size", world_size_).add("generation", resilience_.generation())
-                        .add("skipped_checkpoints", skipped));
+  observer_->resumed(state, how, world_size_, resilience_.generation(), skipped);
 }
 
 checkpoint::TrainerState TrainingRun::current_state() const {
@@ -293,7 +242,7 @@ checkpoint::TrainerState TrainingRun::current_state() const {
   t.world_size = world_size_;
   t.generation = resilience_.generation();
   t.optimizer = optimizer_->name();
-  t.zero_stage = zero_ ? zero_->stage() : 0;
+  t.zero_stage = sync_->zero_stage();
   t.samples = std::max<int64_t>(before_.samples, 0) + s_.samples;
   const checkpoint::CheckpointStats c = checkpointer_ ? checkpointer_->stats() : checkpoint::CheckpointStats{};
   // Saves this process began before this one, less the ones known to have failed.
@@ -309,23 +258,25 @@ void TrainingRun::announce() {
                     std::to_string(prepared_.data->train->count()) + " training samples, " +
                     std::to_string(prepared_.steps.total_steps) + " steps" +
                     (multi_rank(world_) ? ", " + std::to_string(world_size_) + " ranks over " + backend : "") +
-                    (zero_ ? ", ZeRO stage " + std::to_string(zero_->stage()) : ""));
+                    sync_->describe());
   if (multi_rank(world_)) progress_.message("mesh: " + parallel::DeviceMesh(prepared_.mesh).describe());
   if (pipeline_.forward)
     progress_.message("pipeline: " + prepared_.stage_split + "; " + config_.parallel.pipeline_schedule + ", " +
                       std::to_string(pipeline_.micro_batches) + " micro-batches per step");
   progress_.message(memory_message(prepared_.memory, prepared_.memory_limit));
-  if (metrics_) {
-    metrics_->write(memory_metrics(prepared_.memory, prepared_.memory_limit));
-    // What the report and the dashboard title a run with.
-    metrics_->write(obs::JsonObject()
-                        .add("type", "run").add("run_id", std::filesystem::path(summary_.run_dir).filename().string())
-                        .add("model", config_.model.kind).add("parameters", model().num_parameters())
-                        .add("world_size", world_size_).add("backend", backend)
-                        .add("batch_size", tc_.batch_size).add("epochs", tc_.epochs)
-                        .add("steps_per_epoch", prepared_.steps.steps_per_epoch)
-                        .add("generation", resilience_.generation()));
-  }
+  if (!observer_->records()) return;  // the run line's figures are rank 0's to gather
+  RunStart start;
+  start.run_id = std::filesystem::path(summary_.run_dir).filename().string();
+  start.model = config_.model.kind;
+  start.backend = backend;
+  start.parameters = model().num_parameters();
+  start.batch_size = tc_.batch_size;
+  start.epochs = tc_.epochs;
+  start.steps_per_epoch = prepared_.steps.steps_per_epoch;
+  start.world_size = world_size_;
+  start.generation = resilience_.generation();
+  start.memory = memory_metrics(prepared_.memory, prepared_.memory_limit);
+  observer_->started(start);
 }
 
 void TrainingRun::run_epochs() {
@@ -344,7 +295,7 @@ void TrainingRun::recover(const std::string& failure) {
   progress_.finish();
   progress_.notice("a peer failed (" + failure + "); recovering in process", true);
   runner_.reset();
-  reducer_.reset();
+  sync_ = std::make_unique<GradientSync>();  // the exchange over the old group goes with it
   stop_vote_.reset();
   world_ = nullptr;
   group_ = resilience_.rejoin();
@@ -355,7 +306,8 @@ void TrainingRun::recover(const std::string& failure) {
   leader_ = rank_ == 0;
   checkpoint::TrainerState state = current_state();
   resilience_.hand_over(*group_, true, model(), *optimizer_, state, summary_.run_dir);
-  if (leader_ && !metrics_) open_metrics(true);
+  sync_ = make_gradient_sync(config_, model(), dp_group_);  // plain data parallelism: recovery refuses the rest
+  if (leader_ && !observer_->records()) open_metrics(true);
   if (leader_ && !checkpointer_->writer())
     checkpointer_ = std::make_unique<RunCheckpointer>(config_.checkpoint, checkpoints_dir_of(config_, summary_.run_dir),
                                                       true, now_seconds());
@@ -365,7 +317,7 @@ void TrainingRun::recover(const std::string& failure) {
   s_.window = PhaseTimes{};
   s_.window_samples = 0;
   s_.window_start = now_seconds();
-  resilience_.started(s_.step, metrics_.get());
+  resilience_.started(s_.step, *observer_);
 }
 
 void TrainingRun::run_epoch(int64_t epoch) {
@@ -385,40 +337,38 @@ void TrainingRun::save_checkpoint(bool sync) {
   // A split model: the writers save their pieces (split_checkpoint.h); the others hold copies.
   if (prepared_.whole && !splits_.writes) return;
   std::optional<checkpoint::TensorFile> communication;
-  if (communication_state()) {
-    communication = gather_communication_state(*dp_group_, powersgd(), local_sgd_.get());
+  if (sync_->has_state()) {
+    communication = sync_->gather_state();
     if (!checkpointer_->writer()) return;  // replicated state otherwise: rank 0 writes it
   }
   const double stalled = checkpointer_->save(
       [&] {
         if (prepared_.whole) return take_split_snapshot(*prepared_.whole, model(), *optimizer_, current_state(), splits_.save);
-        gather_full_parameters();  // stage 3: rank 0 writes the whole model
+        sync_->gather_full_parameters();  // stage 3: rank 0 writes the whole model
         struct Release {
-          TrainingRun* run;
-          ~Release() { run->release_full_parameters(); }
-        } release{this};
-        checkpoint::Snapshot snapshot = zero_ ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
+          GradientSync& sync;
+          ~Release() { sync.release_full_parameters(); }
+        } release{*sync_};
+        checkpoint::Snapshot snapshot = sync_->shards_optimizer() ? take_sharded_snapshot(model(), *optimizer_, current_state(), rank_, world_size_)
                                               : take_snapshot(model(), *optimizer_, current_state());
         if (communication) snapshot.tensor_files.push_back(std::move(*communication));
         return snapshot;
       },
       sync, now_seconds());
   // The stall stays in the training time: it is what the loop paid for the checkpoint.
-  if (metrics_)
-    metrics_->write(obs::JsonObject().add("type", "checkpoint").add("step", s_.step).add("sync", sync || !config_.checkpoint.async)
-                        .add("stall_ms", stalled * 1e3));
+  observer_->checkpoint_saved(s_.step, sync || !config_.checkpoint.async, stalled);
 }
 
 // Every rank agreed to stop after this step (SIGTERM somewhere): save synchronously and leave.
 void TrainingRun::stop_here() {
   stopping_ = true;
   summary_.stopped = true;
-  if (checkpointer_->writer() || prepared_.whole || communication_state()) save_checkpoint(true);
+  if (checkpointer_->writer() || prepared_.whole || sync_->has_state()) save_checkpoint(true);
   progress_.finish();
   progress_.notice("stopping after step " + std::to_string(s_.step) + " on SIGTERM" +
                        (checkpointer_->writer() ? "; checkpoint saved in " + checkpointer_->dir() : ""),
                    false);
-  if (metrics_) metrics_->write(obs::JsonObject().add("type", "stopped").add("step", s_.step).add("signal", "SIGTERM"));
+  observer_->stopped(s_.step);
 }
 
 void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double data_start, double data_end) {
@@ -449,22 +399,13 @@ void TrainingRun::train_step(const data::Batch& batch, int64_t epoch, double dat
   const bool due = !stop && (collective_checkpoints() ? checkpointer_->due_by_steps(s_.step) || stop_vote_->save_agreed()
                                                      : checkpointer_->writer() && checkpointer_->due(s_.step, now_seconds()));
   // Before the log: the interval that ends with a synchronisation counts its time.
-  if (local_sgd_) synchronize_local_steps(stop || due);
+  const StepEnd end{s_.step,
+                    s_.step_in_epoch >= prepared_.steps.steps_per_epoch || s_.step >= prepared_.steps.total_steps,
+                    stop || due, s_.step <= config_.output.trace_steps};
+  sync_->after_step(end, *optimizer_, s_.window, trace_.get());
   if (s_.step % tc_.log_every == 0 || s_.step == prepared_.steps.total_steps) log_interval(lr, epoch);
   if (stop) return stop_here();
   if (due) save_checkpoint(false);
-}
-
-void TrainingRun::synchronize_local_steps(bool for_checkpoint) {
-  const bool period_ends = local_sgd_->due(s_.step) || s_.step_in_epoch >= prepared_.steps.steps_per_epoch ||
-                           s_.step >= prepared_.steps.total_steps;
-  if (!period_ends && !for_checkpoint) return;
-  const double t0 = now_seconds();
-  const double seconds = local_sgd_->synchronize(for_checkpoint ? optimizer_.get() : nullptr);
-  s_.window[Phase::kComm] += seconds;
-  if (s_.step <= config_.output.trace_steps)
-    trace_->span("comm", "local-SGD synchronisation", t0, t0 + seconds,
-                 obs::JsonObject().add("bytes", local_sgd_->last_bytes()));
 }
 
 }  // namespace detail

@@ -21,20 +21,17 @@
 #include "gradmesh/data/batch_loader.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/obs/chrome_trace.h"
-#include "gradmesh/obs/jsonl_writer.h"
 #include "gradmesh/obs/progress.h"
 #include "gradmesh/obs/run_log.h"
-#include "gradmesh/obs/run_report_page.h"
 #include "gradmesh/optim/schedule.h"
-#include "gradmesh/parallel/local_sgd.h"
 #include "gradmesh/parallel/split_balancer.h"
 #include "gradmesh/parallel/mesh.h"
-#include "gradmesh/parallel/zero_param_shards.h"
-#include "gradmesh/train/communication_state.h"
+#include "gradmesh/train/gradient_sync.h"
 #include "gradmesh/train/split_checkpoint.h"
 #include "gradmesh/train/optimizer_setup.h"
 #include "gradmesh/train/run_checkpointer.h"
 #include "gradmesh/train/run_dir.h"
+#include "gradmesh/train/run_observer.h"
 #include "gradmesh/train/phase_totals.h"
 #include "gradmesh/train/run_resilience.h"
 #include "gradmesh/train/stop_request.h"
@@ -92,15 +89,12 @@ class TrainingRun {
   void show_progress(int64_t epoch, int64_t step_in_epoch);
   void log_interval(float lr, int64_t epoch);
   void rebalance();
-  void write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate, double now);
   void evaluate_epoch(int64_t epoch);
   // `usage`: every rank's, from the last meter_usage().
   void summarize(const std::vector<RankUsage>& usage);
-  void write_summary_line();
-  void write_report();
-  // Rank 0: opens metrics.jsonl (`append`: after what earlier processes of the run wrote) and its meter.
+  // Rank 0: records the run from here on (metrics.jsonl; `append`: after what earlier processes of the run wrote).
   void open_metrics(bool append);
-  // Collective: every rank's usage; rank 0 writes the usage line.
+  // Collective: every rank's usage, reported to the observer.
   std::vector<RankUsage> meter_usage();
 
   const Config& config_;
@@ -119,18 +113,12 @@ class TrainingRun {
   std::vector<double> bubble_busy_;  // per rank: forward + backward seconds over the logged intervals
   double bubble_window_ = 0;         // the longest stage's pipeline seconds, summed over the intervals
   void set_up_pipeline();
-  // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel pieces): time-based saves are voted on.
-  // PowerSGD's per-rank errors are gathered into each checkpoint, and local
-  // SGD synchronises the ranks before one: every rank takes part in those too.
+  // Checkpoints every rank takes part in (ZeRO shards, tensor-parallel
+  // pieces, the strategy's own state such as PowerSGD's errors, or local SGD
+  // synchronising the ranks before one): time-based saves are voted on.
   bool collective_checkpoints() const {
-    return zero_ != nullptr || prepared_.whole != nullptr || communication_state();
+    return sync_->shards_optimizer() || prepared_.whole != nullptr || sync_->has_state();
   }
-  bool communication_state() const { return local_sgd_ != nullptr || powersgd() != nullptr; }
-  parallel::PowerSgdCompressor* powersgd() const { return reducer_ ? reducer_->powersgd() : nullptr; }
-  // parallel.local_steps: after `s_.step` steps, average the parameters when a
-  // period ends, an epoch or the run ends, or a checkpoint (`for_checkpoint`,
-  // which also averages the inner optimizer state) follows.
-  void synchronize_local_steps(bool for_checkpoint);
   struct {
     bool writes = false;  // this rank writes pieces of a split model's checkpoints
     SplitSave save;
@@ -138,12 +126,7 @@ class TrainingRun {
   bool leader_;
   PreparedRank prepared_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<parallel::GradientReducer> reducer_;  // several ranks, parallel.zero = 0
-  std::unique_ptr<parallel::ZeroReducer> zero_;          // several ranks, parallel.zero >= 1
-  std::unique_ptr<parallel::ZeroParamShards> param_shards_;  // parallel.zero = 3: the model's unit hooks
-  std::unique_ptr<parallel::LocalSgd> local_sgd_;  // several ranks, parallel.local_steps > 1 (no reducer then)
-  void gather_full_parameters();   // stage 3, collective: every rank holds the whole parameters
-  void release_full_parameters();
+  std::unique_ptr<GradientSync> sync_;  // the data-parallel strategy (gradient_sync.h)
   std::unique_ptr<data::BatchLoader> loader_;
   optim::ScheduleOptions schedule_;
   float base_lr_ = 0;
@@ -155,8 +138,7 @@ class TrainingRun {
 
   TrainSummary summary_;
   checkpoint::TrainerState before_;  // the run before this process: samples and checkpoints (trainer_state.h)
-  std::unique_ptr<obs::JsonlWriter> metrics_;  // rank 0 only
-  std::unique_ptr<UsageMeter> usage_meter_;    // rank 0 only
+  std::unique_ptr<RunObserver> observer_ = std::make_unique<RunObserver>();  // rank 0: metrics.jsonl, cost, report
   PhaseTotals phase_totals_;
   obs::Progress progress_;
   parallel::SlowRankDetector detector_;

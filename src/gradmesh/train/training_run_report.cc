@@ -1,27 +1,14 @@
 // The reporting half of a training run (training_run.h): progress, log
-// intervals, straggler rebalancing, evaluation, the summary and the report.
+// intervals, straggler rebalancing, evaluation and the summary; the observer
+// (run_observer.h) writes them down.
 #include "gradmesh/train/training_run.h"
 
 namespace gradmesh::train::detail {
-namespace {
-
-// Mean over ranks of one phase's time per step, in milliseconds.
-double mean_ms(const std::vector<PhaseTimes>& ranks, Phase phase) {
-  double sum = 0;
-  for (const PhaseTimes& t : ranks) sum += t.steps ? t[phase] / static_cast<double>(t.steps) : 0.0;
-  return sum / static_cast<double>(ranks.size()) * 1e3;
-}
-
-}  // namespace
 
 std::vector<RankUsage> TrainingRun::meter_usage() {
   const double start = now_seconds();
   std::vector<RankUsage> ranks = gather_rank_usage(world_, measure_rank_usage());
-  if (!metrics_ || !usage_meter_) return ranks;
-  obs::JsonObject line = usage_meter_->line(s_.step, ranks, now_seconds());
-  // What metering itself costs the run: measured, not assumed negligible.
-  line.add("metering_ms", (now_seconds() - start) * 1e3);
-  metrics_->write(line);
+  observer_->usage(s_.step, ranks, (now_seconds() - start) * 1e3);
   return ranks;
 }
 
@@ -51,17 +38,16 @@ void TrainingRun::log_interval(float lr, int64_t epoch) {
   s_.last_loss = loss_sum / static_cast<double>(std::max<int64_t>(s_.window.steps, 1));
   const double now = now_seconds();
   const double rate = static_cast<double>(s_.window_samples) / std::max(now - s_.window_start, 1e-9);
-  if (metrics_) {
-    write_step_line(ranks, lr, epoch, rate, now);
+  // Rank 0 reports the interval (every rank gathered the same figures).
+  if (leader_) {
+    observer_->interval({s_.step, epoch, s_.last_loss, static_cast<double>(lr), rate, now - s_.start, &ranks});
     phase_totals_.add_window(ranks);
     if (const std::optional<int> slow = detector_.observe(ranks)) {
       const std::string note = "step " + std::to_string(s_.step) + ": " + detector_.describe(ranks, *slow);
       progress_.notice("warning: " + note, true);
-      obs::JsonObject event;
-      event.add("type", "slow_rank").add("step", s_.step).add("rank", *slow).add("message", note);
-      if (const std::optional<Phase> phase = parallel::dominant_slow_phase(ranks, *slow))
-        event.add("phase", parallel::phase_name(*phase));
-      metrics_->write(event);
+      std::optional<std::string> phase;
+      if (const std::optional<Phase> p = parallel::dominant_slow_phase(ranks, *slow)) phase = parallel::phase_name(*p);
+      observer_->slow_rank(s_.step, *slow, note, phase);
     }
   }
   meter_usage();  // every rank takes part
@@ -83,37 +69,7 @@ void TrainingRun::rebalance() {
   const auto total = static_cast<double>(std::accumulate(shares->begin(), shares->end(), int64_t{0}));
   std::vector<double> fractions;
   for (int64_t share : *shares) fractions.push_back(static_cast<double>(share) / total);
-  if (metrics_) metrics_->write(obs::JsonObject().add("type", "rebalance").add("step", s_.step).add("shares", fractions));
-}
-
-void TrainingRun::write_step_line(const std::vector<PhaseTimes>& ranks, float lr, int64_t epoch, double rate,
-                                  double now) {
-  double slowest = 0, fastest = 1e300;
-  int slowest_rank = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const double ms = ranks[r].total() / static_cast<double>(std::max<int64_t>(ranks[r].steps, 1)) * 1e3;
-    if (ms > slowest) slowest = ms, slowest_rank = static_cast<int>(r);
-    fastest = std::min(fastest, ms);
-  }
-  obs::JsonObject line;
-  line.add("type", "step").add("step", s_.step).add("epoch", epoch).add("loss", s_.last_loss)
-      .add("lr", static_cast<double>(lr)).add("samples_per_s", rate).add("wall_time", now - s_.start);
-  for (int p = 0; p < parallel::kPhaseCount; ++p)
-    line.add(std::string(parallel::phase_name(static_cast<Phase>(p))) + "_ms", mean_ms(ranks, static_cast<Phase>(p)));
-  line.add("world_size", static_cast<int64_t>(ranks.size())).add("step_ms_min", fastest)
-      .add("step_ms_max", slowest).add("slowest_rank", slowest_rank);
-  // Every rank's phases, for the dashboard's and the report's heatmaps.
-  std::vector<std::string> phases;
-  obs::JsonObject::Table rank_phase_ms;
-  for (int p = 0; p < parallel::kPhaseCount; ++p) phases.emplace_back(parallel::phase_name(static_cast<Phase>(p)));
-  for (const PhaseTimes& t : ranks) {
-    std::vector<double> row;
-    const double steps = static_cast<double>(std::max<int64_t>(t.steps, 1));
-    for (int p = 0; p < parallel::kPhaseCount; ++p) row.push_back(t[static_cast<Phase>(p)] / steps * 1e3);
-    rank_phase_ms.push_back(std::move(row));
-  }
-  line.add("phases", std::move(phases)).add("rank_phase_ms", std::move(rank_phase_ms));
-  metrics_->write(line);
+  observer_->rebalanced(s_.step, fractions);
 }
 
 // Evaluation time and GEMM work stay out of the training throughput.
@@ -123,21 +79,15 @@ void TrainingRun::evaluate_epoch(int64_t epoch) {
   resilience_.touch();
   // Stage 3: ranks evaluate different numbers of batches, so the units'
   // gathers would not pair up; evaluation runs on the whole parameters.
-  gather_full_parameters();
-  nn::forward_context().unit_hooks = nullptr;
+  sync_->gather_full_parameters();
   const EvalResult r = evaluate_world(model(), *prepared_.data->test, dp_, pipeline_.forward, pipeline_.width);
-  nn::forward_context().unit_hooks = param_shards_.get();
-  release_full_parameters();
+  sync_->release_full_parameters();
   resilience_.touch();
   flops_excluded_ += kernels::gemm_flops() - eval_flops;
   summary_.test_loss = r.loss;
   summary_.test_accuracy = r.accuracy;
   summary_.evaluated = true;
-  if (metrics_)
-    metrics_->write(obs::JsonObject()
-                        .add("type", "epoch").add("epoch", epoch).add("step", s_.step)
-                        .add("test_loss", r.loss).add("test_accuracy", r.accuracy)
-                        .add("wall_time", now_seconds() - s_.start));
+  observer_->evaluated(epoch, s_.step, r.loss, r.accuracy, now_seconds() - s_.start);
   progress_.finish();
   char line[160];
   std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.4f",
@@ -192,44 +142,6 @@ void TrainingRun::summarize(const std::vector<RankUsage>& usage) {
                " checkpoint saves of this run failed" +
                (c.failed > 0 ? "; the last failure: " + c.last_error : " (in the processes before this one)"));
   }
-}
-
-void TrainingRun::write_summary_line() {
-  const TrainSummary& s = summary_;
-  obs::JsonObject line;
-  line.add("type", "summary").add("steps", s.steps).add("samples", s.samples)
-      .add("samples_this_process", s.samples_this_process).add("world_size", world_size_).add("restarts", s.restarts)
-      .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s).add("tokens_per_s", s.tokens_per_s)
-      .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
-      .add("exposed_comm_share", s.exposed_comm_share)
-      .add("peak_rss_bytes", static_cast<int64_t>(*std::max_element(s.peak_rss_bytes_per_rank.begin(),
-                                                                      s.peak_rss_bytes_per_rank.end())))
-      .add("peak_rss_bytes_per_rank", s.peak_rss_bytes_per_rank);
-  if (s.evaluated) line.add("test_loss", s.test_loss).add("test_accuracy", s.test_accuracy);
-  if (!s.pipeline_bubble_per_rank.empty())
-    line.add("pipeline_bubble_per_rank", s.pipeline_bubble_per_rank)
-        .add("pipeline_bubble_textbook", s.pipeline_bubble_textbook);
-  if (usage_meter_) {
-    const obs::Cost& c = usage_meter_->cost();
-    line.add("cost", obs::JsonObject().add("compute", c.compute).add("storage", c.storage).add("egress", c.egress)
-                         .add("total", c.total()))
-        .add("currency", usage_meter_->prices().currency).add("example_prices", usage_meter_->prices().examples);
-  }
-  if (s.checkpoints_saved + s.checkpoints_failed > 0)
-    line.add("checkpoints_saved", s.checkpoints_saved).add("checkpoints_failed", s.checkpoints_failed);
-  if (checkpointer_ && checkpointer_->saves() > 0) {  // this process's writes
-    const checkpoint::CheckpointStats c = checkpointer_->stats();
-    line.add("checkpoint_bytes", c.bytes).add("checkpoint_write_seconds", c.write_seconds)
-        .add("checkpoint_stall_seconds", checkpointer_->stall_seconds());
-  }
-  metrics_->write(line);
-}
-
-// The page is built from metrics.jsonl, as `gradmesh report` rebuilds it.
-void TrainingRun::write_report() {
-  const std::string& dir = summary_.run_dir;
-  write_file_atomically(dir + "/report.html",
-                        obs::render_report_html(obs::report_content(obs::read_run_log(dir + "/metrics.jsonl"))));
 }
 
 }  // namespace gradmesh::train::detail

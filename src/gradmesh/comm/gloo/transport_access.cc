@@ -1,6 +1,7 @@
 #include "gradmesh/comm/gloo/transport_access.h"
 
 #include <fcntl.h>
+#include <gloo/config.h>
 #include <gloo/context.h>
 #include <gloo/transport/buffer.h>
 #include <gloo/transport/tcp/context.h>
@@ -19,6 +20,13 @@
 #include <vector>
 
 #include "gradmesh/core/error.h"
+
+// The protected members named below are Gloo 0.5's: another Gloo may have
+// moved or renamed them, which compiles and then corrupts memory. A new Gloo
+// is a deliberate port of this file (and tests/comm/gloo_*_test.cc), so the
+// build stops here until the version below is raised with it.
+static_assert(GLOO_VERSION_MAJOR == 0 && GLOO_VERSION_MINOR == 5,
+              "comm/gloo/transport_access.cc reaches into Gloo 0.5's TCP transport: port it to this Gloo version");
 
 namespace gradmesh::comm::gloo_backend {
 namespace {

@@ -1,8 +1,10 @@
 // The three places where the gloo backend reaches past Gloo's public API.
 //
-// Both rely on details of Gloo's TCP transport in Debian's 2022 snapshot
-// (gloo 0.5.0); each is the smallest thing that makes one backend property
-// possible, and tests/comm/gloo_*_test.cc exercise both:
+// All rely on details of Gloo's TCP transport in Debian's 2022 snapshot
+// (gloo 0.5.0; transport_access.cc stops the build on any other version),
+// and this is the only file that reaches past Gloo's public API. Each is the
+// smallest thing that makes one backend property possible, and
+// tests/comm/gloo_*_test.cc exercise each:
 //
 // - rebind_send_buffer: Gloo's allreduce algorithm objects (ring, ring-
 //   chunked, halving-doubling) bind their send buffers to the user's pointer

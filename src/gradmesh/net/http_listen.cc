@@ -1,4 +1,4 @@
-#include "gradmesh/core/http_listen.h"
+#include "gradmesh/net/http_listen.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
