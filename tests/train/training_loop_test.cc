@@ -22,6 +22,7 @@
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/data/idx.h"
+#include "gradmesh/data/prepare_images.h"
 #include "gradmesh/train/trainer.h"
 #include "parallel/trained_weights.h"
 #include "support/temp_dir.h"
@@ -182,6 +183,24 @@ TEST_F(TrainingLoop, SameSeedGivesBitIdenticalWeights) {
   EXPECT_NE(run("e", 1, 1, 1), first) << "another seed must change the weights";
   const std::vector<float> ranks = run("f", 0, 1, 3);
   EXPECT_EQ(run("g", 0, 1, 3), ranks) << "same seed, three ranks";
+}
+
+TEST_F(TrainingLoop, ShardedImagesTrainLikeIdxFiles) {
+  // The same samples as MDS shards (small ones: many shards), read sample by sample.
+  const std::string train_set = dir_.file("train-set"), test_set = dir_.file("test-set");
+  data::prepare_images_from_idx(data_->file("train-images-idx3-ubyte"), data_->file("train-labels-idx1-ubyte"),
+                                train_set, 64 << 10);
+  data::prepare_images_from_idx(data_->file("t10k-images-idx3-ubyte"), data_->file("t10k-labels-idx1-ubyte"),
+                                test_set, 64 << 10);
+  const std::vector<std::string> sharded = {"data.format=\"mds\"", "data.train_set=" + train_set,
+                                            "data.test_set=" + test_set, "train.eval_every_epoch=true"};
+  for (int world : {1, 3}) {
+    const std::vector<float> idx = train(config("idx" + std::to_string(world), {"train.eval_every_epoch=true"}), world);
+    const double idx_accuracy = last_.test_accuracy;
+    ASSERT_FALSE(idx.empty());
+    EXPECT_EQ(train(config("mds" + std::to_string(world), sharded), world), idx) << world << " ranks";
+    EXPECT_EQ(last_.test_accuracy, idx_accuracy) << world << " ranks";
+  }
 }
 
 TEST_F(TrainingLoop, Bf16OnTheWireStaysCloseButIsRounded) {

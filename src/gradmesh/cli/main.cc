@@ -196,6 +196,23 @@ void add_plan(CLI::App& app, Commands& commands) {
   commands.push_back({plan, [a] { return gradmesh::cli::run_plan(*a); }});
 }
 
+void add_data_prepare(CLI::App& data, Commands& commands) {
+  struct Args {
+    std::string images, labels, output;
+    int64_t shard_mb = 64;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* prepare = data.add_subcommand(
+      "prepare", "Write an image set as MDS shards that each rank reads only its part of (docs/data.md)");
+  prepare->add_option("--images", a->images, "IDX images, [N, H, W] or [N, C, H, W], plain or gzipped")
+      ->required()->type_name("FILE");
+  prepare->add_option("--labels", a->labels, "IDX labels, [N]")->required()->type_name("FILE");
+  prepare->add_option("--output", a->output, "Directory for index.json and the shards")->required()->type_name("DIR");
+  prepare->add_option("--shard-mb", a->shard_mb, "Largest shard, in MiB")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4095}));
+  commands.push_back({prepare, [a] { return gradmesh::cli::run_prepare(a->images, a->labels, a->output, a->shard_mb); }});
+}
+
 void add_data(CLI::App& app, Commands& commands) {
   struct Args {
     std::vector<std::string> inputs;
@@ -217,6 +234,7 @@ void add_data(CLI::App& app, Commands& commands) {
   commands.push_back({prepare_text, [a] {
                         return gradmesh::cli::run_prepare_text(a->inputs, a->output, a->vocab, a->val_fraction);
                       }});
+  add_data_prepare(*data, commands);
 }
 
 void add_generate(CLI::App& app, Commands& commands) {

@@ -43,9 +43,12 @@ struct ModelConfig {
 
 struct DataConfig {
   DataConfig();
-  std::string format;  // "idx" (images) | "tokens" (language modelling)
+  std::string format;  // "idx" (images, in memory) | "mds" (images, sharded) | "tokens" (language modelling)
   std::string tokens;  // token set directory (format = tokens)
   int64_t windows_per_epoch;  // 0 = train tokens / block_size
+  std::string train_set;      // MDS set directories (format = mds)
+  std::string test_set;
+  bool verify_shards;
   std::string dir;  // "" = $GRADMESH_DATA_DIR (see resolved_data_dir)
   std::string train_images;
   std::string train_labels;

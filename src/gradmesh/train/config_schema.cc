@@ -138,7 +138,10 @@ std::vector<KeySpec> build_schema() {
     key<&ModelConfig::recompute>("recompute", false, any(), "GPT: activation checkpointing: blocks keep only their input in forward and recompute the rest during backward (less memory for activations, about one more forward of the blocks in time; the same gradients)."),
     key<&ModelConfig::init>("init", "default", one_of({"default", "kaiming_normal", "kaiming_uniform", "xavier_uniform", "xavier_normal"}), "Weight init; default is PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases."),
 
-    key<&DataConfig::format>("format", "idx", one_of({"idx", "tokens"}), "idx: image classification from the IDX files below; tokens: language modelling on a token set written by gradmesh data prepare-text (data.tokens)."),
+    key<&DataConfig::format>("format", "idx", one_of({"idx", "mds", "tokens"}), "idx: image classification from the IDX files below, loaded whole; mds: image classification from sharded MDS sets (data.train_set, data.test_set) written by gradmesh data prepare, each rank reading only its samples; tokens: language modelling on a token set written by gradmesh data prepare-text (data.tokens)."),
+    key<&DataConfig::train_set>("train_set", "", any(), "format = mds: the training set's directory (index.json and its shards); relative paths are taken from the working directory."),
+    key<&DataConfig::test_set>("test_set", "", any(), "format = mds: the evaluation set's directory; empty with train.eval_every_epoch = true is an error."),
+    key<&DataConfig::verify_shards>("verify_shards", false, any(), "format = mds: read every shard whole once at start and compare its xxh64 with index.json (every rank reads every shard; `gradmesh inspect DIR` checks a set once instead)."),
     key<&DataConfig::tokens>("tokens", "", any(), "format = tokens: the token set directory (vocab.json, train.bin, val.bin); relative paths are taken from the working directory."),
     key<&DataConfig::windows_per_epoch>("windows_per_epoch", 0, closed(0, kMaxSamples), "format = tokens: training windows (of model.block_size tokens, at random positions) per epoch; 0 = training tokens / block_size."),
     key<&DataConfig::dir>("dir", "", any(), "Directory of the IDX files; empty uses $GRADMESH_DATA_DIR (default /usr/share/datasets/fashion-mnist)."),
@@ -170,7 +173,7 @@ std::vector<KeySpec> build_schema() {
     key<&ScheduleConfig::warmup_steps>("warmup_steps", 0, closed(0, kMaxSteps), "Linear warmup: step i < warmup_steps uses optim.lr * (i + 1) / warmup_steps."),
     key<&ScheduleConfig::step_size>("step_size", 1000, closed(1, kMaxSteps), "step: multiply the rate by gamma every step_size optimizer steps after the warmup."),
     key<&ScheduleConfig::gamma>("gamma", 0.1, open_closed(0, 1), "step: the decay factor."),
-    key<&ScheduleConfig::min_lr>("min_lr", 0.0, closed(0, kMaxCoefficient), "cosine: the rate reached at the last step (and kept after it); at most optim.lr."),
+    key<&ScheduleConfig::min_lr>("min_lr", 0.0, closed(0, kMaxCoefficient), "cosine: the rate the decay ends at, one step after the run's last (the last step trains just above it); at most optim.lr."),
 
     key<&TrainConfig::epochs>("epochs", 1, closed(1, kMaxEpochs), "Passes over the training set."),
     key<&TrainConfig::batch_size>("batch_size", 128, closed(1, kMaxSamples), "Global batch size: samples per optimizer step over all ranks and micro-steps."),
@@ -337,10 +340,10 @@ MeteringConfig::MeteringConfig() { fill_section_defaults("metering", this); }
 
 const std::vector<SectionSpec>& config_sections() {
   static const std::vector<SectionSpec> sections = {
-      {"model", "The network: `mlp` (784 inputs, hidden layers, `classes` outputs) or `cnn` (conv blocks, one hidden linear layer, `classes` outputs)."},
-      {"data", "Where the Fashion-MNIST IDX files are and how pixels are normalised and batched."},
+      {"model", "The network: `mlp` (the image's pixels in, hidden layers, `classes` outputs), `cnn` (conv blocks, one hidden linear layer, `classes` outputs) or `gpt` (a transformer language model on a token set)."},
+      {"data", "What the model trains on (images from IDX files, plain or gzipped, or a token set from `gradmesh data prepare-text`), where it is, and how it is normalised, shuffled and batched."},
       {"optim", "The optimizer; SGD keys are ignored by AdamW and the other way round."},
-      {"schedule", "How the learning rate changes with the optimizer step: an optional linear warmup, then `constant`, `step` (optim.lr * gamma^floor(s / step_size)) or `cosine` (from optim.lr down to min_lr over the rest of the run)."},
+      {"schedule", "How the learning rate changes with the optimizer step: an optional linear warmup, then `constant`, `step` (optim.lr * gamma^floor(s / step_size)) or `cosine` (from optim.lr down towards min_lr over the rest of the run, as PyTorch's CosineAnnealingLR with T_max = the steps after warmup: the last step's rate is just above min_lr, which the step after the run would reach)."},
       {"train", "The training loop."},
       {"parallel", "Data-parallel training: how ranks exchange gradients. A single process ignores this section."},
       {"output", "What a run writes and where."},

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/data/sharded_images.h"
 #include "gradmesh/train/rank_setup.h"
 
 namespace gradmesh::train {
@@ -43,6 +44,42 @@ void load_tokens(const Config& config, bool with_test, TrainingData& d) {
   d.geometry.vocab_size = d.tokens.vocab_size;
 }
 
+// One MDS set (data.train_set or data.test_set), checked whole first when data.verify_shards says so.
+std::unique_ptr<data::ShardedImages> open_set(const Config& config, const std::string& dir, const char* key,
+                                              int64_t limit) {
+  if (dir.empty())
+    throw_error(ErrorKind::kConfig, std::string("data.") + key,
+                "empty: name the MDS set's directory (gradmesh data prepare --output DIR writes one)");
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "index.json"))
+    throw_error(ErrorKind::kConfig, std::string("data.") + key,
+                "no MDS set in '" + dir + "' (no index.json there): make one with `gradmesh data prepare --images "
+                "FILE --labels FILE --output " + dir + "`");
+  auto set = std::make_shared<const data::MdsReader>(dir);
+  if (config.data.verify_shards)
+    for (size_t s = 0; s < set->shards().size(); ++s)
+      if (const std::string wrong = set->verify_shard(s); !wrong.empty())
+        throw_error(ErrorKind::kFormat, dir + "/" + set->shards()[s].file, wrong);
+  const DataConfig& c = config.data;
+  const data::Normalization norm{static_cast<float>(c.scale), static_cast<float>(c.mean), static_cast<float>(c.std)};
+  return std::make_unique<data::ShardedImages>(std::move(set), norm,
+                                               data::LabelSpace{static_cast<int32_t>(config.model.classes),
+                                                                "model.classes"},
+                                               limit);
+}
+
+void load_sharded_images(const Config& config, bool with_test, TrainingData& d) {
+  auto train = open_set(config, config.data.train_set, "train_set", config.data.limit_train);
+  const Shape shape = train->sample_shape();
+  d.geometry = {shape[0], shape[1], shape[2], 0};
+  d.train = std::move(train);
+  if (!with_test) return;
+  auto test = open_set(config, config.data.test_set, "test_set", config.data.limit_test);
+  if (test->sample_shape() != shape)
+    throw_error(ErrorKind::kConfig, "data.test_set",
+                "its images are " + shape_str(test->sample_shape()) + ", the training set's " + shape_str(shape));
+  d.test = std::move(test);
+}
+
 }  // namespace
 
 std::shared_ptr<const TrainingData> load_training_data(const Config& config, bool with_test) {
@@ -50,6 +87,10 @@ std::shared_ptr<const TrainingData> load_training_data(const Config& config, boo
   auto d = std::make_shared<TrainingData>();
   if (config.data.format == "tokens") {
     load_tokens(config, with_test, *d);
+    return d;
+  }
+  if (config.data.format == "mds") {
+    load_sharded_images(config, with_test, *d);
     return d;
   }
   d->train_images = load_train_set(config);

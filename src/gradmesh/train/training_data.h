@@ -1,6 +1,7 @@
 // The data a training config names, as sample sources for the batch loader
-// and the evaluation: images from IDX files (data.format = "idx") or
-// language-model windows from a token set (data.format = "tokens").
+// and the evaluation: images from IDX files (data.format = "idx", loaded
+// whole), images from sharded MDS sets (data.format = "mds", read sample by
+// sample) or language-model windows from a token set (data.format = "tokens").
 #pragma once
 
 #include <memory>

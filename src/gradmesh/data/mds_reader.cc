@@ -1,0 +1,256 @@
+// MdsReader (mds.h): index.json checked field by field, then every sample
+// read with two preads (its offsets, then its bytes), each checked against
+// the shard's size before anything is allocated, so a corrupt or hostile
+// shard is an error naming the shard and the sample, never a crash or a
+// huge allocation.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/core/resource_usage.h"
+#include "gradmesh/data/mds.h"
+
+namespace gradmesh::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kMaxIndexBytes = int64_t{256} << 20;
+
+uint32_t read_u32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
+// `field` of `entry`, or Error(kFormat) naming the index, the shard and the field.
+const json& field(const json& entry, const char* name, const std::string& where) {
+  if (!entry.is_object() || !entry.contains(name))
+    throw_error(ErrorKind::kFormat, where, std::string("missing \"") + name + "\"");
+  return entry.at(name);
+}
+
+int64_t count_field(const json& entry, const char* name, const std::string& where, int64_t max) {
+  const json& v = field(entry, name, where);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > max)
+    throw_error(ErrorKind::kFormat, where, std::string("\"") + name + "\" must be an integer from 0 to " +
+                                               std::to_string(max) + ", got " + v.dump());
+  return v.get<int64_t>();
+}
+
+// A shard's file name must stay inside the set's directory.
+std::string safe_basename(const json& entry, const std::string& where) {
+  const json& raw = field(entry, "raw_data", where);
+  const json& name = field(raw, "basename", where + " raw_data");
+  const std::string text = name.is_string() ? name.get<std::string>() : std::string();
+  if (text.empty() || text.find('/') != std::string::npos || text == "." || text == ".." || text.size() > 255)
+    throw_error(ErrorKind::kFormat, where, "raw_data.basename must be a file name in the set's directory, got " +
+                                               name.dump());
+  return text;
+}
+
+std::vector<MdsColumn> columns_of(const json& entry, const std::string& where) {
+  const json& names = field(entry, "column_names", where);
+  const json& encodings = field(entry, "column_encodings", where);
+  if (!names.is_array() || !encodings.is_array() || names.size() != encodings.size() || names.empty() ||
+      names.size() > 256)
+    throw_error(ErrorKind::kFormat, where, "column_names and column_encodings must be lists of the same length (1-256)");
+  std::vector<MdsColumn> columns;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].is_string() || !encodings[i].is_string())
+      throw_error(ErrorKind::kFormat, where, "column " + std::to_string(i) + ": name and encoding must be strings");
+    MdsColumn c{names[i].get<std::string>(), encodings[i].get<std::string>(), std::nullopt};
+    c.size = mds_fixed_size(c.encoding);
+    columns.push_back(std::move(c));
+  }
+  return columns;
+}
+
+json read_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error(ErrorKind::kIo, path, "cannot open (an MDS set's directory holds index.json)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (static_cast<int64_t>(text.str().size()) > kMaxIndexBytes)
+    throw_error(ErrorKind::kFormat, path, "larger than 256 MiB: not an index");
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw_error(ErrorKind::kFormat, path, std::string("not JSON: ") + e.what());
+  }
+}
+
+}  // namespace
+
+MdsReader::MdsReader(const std::string& dir) : dir_(dir) {
+  const std::string index_path = (fs::path(dir) / "index.json").string();
+  const json index = read_index(index_path);
+  if (!index.is_object() || index.value("version", json()) != json(2))
+    throw_error(ErrorKind::kFormat, index_path, "not a version 2 MDS index (\"version\": 2)");
+  const json& shards = field(index, "shards", index_path);
+  if (!shards.is_array() || shards.empty()) throw_error(ErrorKind::kFormat, index_path, "\"shards\" must list shards");
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string where = index_path + ": shard " + std::to_string(s);
+    const json& e = shards[s];
+    if (field(e, "format", where) != json("mds"))
+      throw_error(ErrorKind::kFormat, where, "format " + e.at("format").dump() + " (only \"mds\" is read)");
+    if (e.contains("zip_data") && !e.at("zip_data").is_null())
+      throw_error(ErrorKind::kFormat, where, "compressed shards (zip_data) are not read; write the set uncompressed");
+    std::vector<MdsColumn> columns = columns_of(e, where);
+    if (s == 0) columns_ = std::move(columns);
+    else if (columns.size() != columns_.size() ||
+             !std::equal(columns.begin(), columns.end(), columns_.begin(), [](const MdsColumn& a, const MdsColumn& b) {
+               return a.name == b.name && a.encoding == b.encoding;
+             }))
+      throw_error(ErrorKind::kFormat, where, "its columns differ from shard 0's");
+    MdsShardInfo info;
+    info.file = safe_basename(e, where);
+    info.samples = count_field(e, "samples", where, int64_t{1} << 30);
+    info.bytes = count_field(field(e, "raw_data", where), "bytes", where + " raw_data", (int64_t{1} << 32) - 1);
+    const json& hashes = e.at("raw_data").value("hashes", json::object());
+    if (hashes.is_object() && hashes.contains("xxh64") && hashes.at("xxh64").is_string())
+      info.xxh64 = hashes.at("xxh64").get<std::string>();
+    shards_.push_back(std::move(info));
+  }
+  starts_.push_back(0);
+  for (const MdsShardInfo& s : shards_) starts_.push_back(starts_.back() + s.samples);
+  total_ = starts_.back();
+  // The descriptors opened so far close again when a later shard is refused.
+  struct CloseOnThrow {
+    std::vector<int>& fds;
+    bool armed = true;
+    ~CloseOnThrow() {
+      if (!armed) return;
+      for (int fd : fds) ::close(fd);
+      fds.clear();
+    }
+  } guard{fds_};
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const std::string path = (fs::path(dir_) / shards_[s].file).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_error(ErrorKind::kIo, path, std::string("cannot open the shard: ") + std::strerror(errno));
+    fds_.push_back(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size != shards_[s].bytes)
+      throw_error(ErrorKind::kFormat, path, "is " + std::to_string(st.st_size) + " bytes; index.json says " +
+                                                std::to_string(shards_[s].bytes) + " (truncated or replaced?)");
+    unsigned char head[4];
+    pread_exact(s, 0, head, 4, -1);
+    if (read_u32(head) != shards_[s].samples)
+      throw_error(ErrorKind::kFormat, path, "holds " + std::to_string(read_u32(head)) + " samples; index.json says " +
+                                                std::to_string(shards_[s].samples));
+  }
+  guard.armed = false;
+}
+
+MdsReader::~MdsReader() {
+  for (int fd : fds_) ::close(fd);
+}
+
+size_t MdsReader::column(const std::string& name) const {
+  std::string have;
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    if (columns_[c].name == name) return c;
+    have += (c ? ", " : "") + columns_[c].name;
+  }
+  throw_error(ErrorKind::kFormat, dir_, "has no column \"" + name + "\" (it has " + have + ")");
+}
+
+size_t MdsReader::shard_of(int64_t index) const {
+  GRADMESH_CHECK(index >= 0 && index < total_, "sample index out of range");
+  return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
+}
+
+void MdsReader::pread_exact(size_t shard, int64_t offset, void* out, int64_t bytes, int64_t index) const {
+  auto* p = static_cast<char*>(out);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fds_[shard], p + done, static_cast<size_t>(bytes - done), offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      throw_error(ErrorKind::kIo, (fs::path(dir_) / shards_[shard].file).string() +
+                                      (index >= 0 ? ": sample " + std::to_string(index) : std::string()),
+                  got < 0 ? std::string("read failed: ") + std::strerror(errno) : "ends early");
+    done += got;
+  }
+  bytes_read_ += bytes;
+  count_io(IoCounter::kDatasetRead, static_cast<uint64_t>(bytes));
+}
+
+std::vector<std::string> MdsReader::sample(int64_t index) const {
+  const size_t s = shard_of(index);
+  const int64_t local = index - starts_[s];
+  const MdsShardInfo& shard = shards_[s];
+  const std::string where = (fs::path(dir_) / shard.file).string() + ": sample " + std::to_string(index) +
+                            " (" + std::to_string(local) + " of the shard)";
+  unsigned char pair[8];
+  pread_exact(s, 4 * (1 + local), pair, 8, index);
+  const int64_t begin = read_u32(pair), end = read_u32(pair + 4);
+  const int64_t header_end = 4 * (shard.samples + 2);
+  if (begin < header_end || end < begin || end > shard.bytes || end - begin > kMdsMaxSampleBytes)
+    throw_error(ErrorKind::kFormat, where, "impossible offsets " + std::to_string(begin) + ".." + std::to_string(end) +
+                                               " in a shard of " + std::to_string(shard.bytes) + " bytes");
+  std::string data(static_cast<size_t>(end - begin), '\0');
+  pread_exact(s, begin, data.data(), end - begin, index);
+  // The variable columns' sizes come first, then every column's bytes.
+  std::vector<int64_t> sizes;
+  size_t at = 0;
+  for (const MdsColumn& c : columns_) {
+    if (c.size) {
+      sizes.push_back(*c.size);
+      continue;
+    }
+    if (at + 4 > data.size()) throw_error(ErrorKind::kFormat, where, "shorter than its column sizes");
+    sizes.push_back(read_u32(reinterpret_cast<const unsigned char*>(data.data()) + at));
+    at += 4;
+  }
+  std::vector<std::string> values;
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    if (sizes[c] > static_cast<int64_t>(data.size() - at))
+      throw_error(ErrorKind::kFormat, where, "column \"" + columns_[c].name + "\" claims " + std::to_string(sizes[c]) +
+                                                 " bytes; the sample has " + std::to_string(data.size() - at) + " left");
+    values.emplace_back(data, at, static_cast<size_t>(sizes[c]));
+    at += static_cast<size_t>(sizes[c]);
+  }
+  if (at != data.size())
+    throw_error(ErrorKind::kFormat, where, std::to_string(data.size() - at) + " bytes after its last column");
+  return values;
+}
+
+std::string MdsReader::verify_shard(size_t s) const {
+  const MdsShardInfo& shard = shards_[s];
+  if (shard.xxh64.empty()) return "index.json records no xxh64 checksum for it";
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  std::vector<char> buffer(1 << 20);
+  for (int64_t offset = 0; offset < shard.bytes;) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(buffer.size()), shard.bytes - offset);
+    try {
+      pread_exact(s, offset, buffer.data(), n, -1);
+    } catch (...) {
+      XXH64_freeState(state);
+      throw;
+    }
+    XXH64_update(state, buffer.data(), static_cast<size_t>(n));
+    offset += n;
+  }
+  char found[17];
+  std::snprintf(found, sizeof found, "%016llx", static_cast<unsigned long long>(XXH64_digest(state)));
+  XXH64_freeState(state);
+  if (shard.xxh64 == found) return "";
+  return std::string("xxh64 ") + found + ", index.json says " + shard.xxh64;
+}
+
+}  // namespace gradmesh::data

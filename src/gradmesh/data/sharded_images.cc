@@ -1,0 +1,68 @@
+#include "gradmesh/data/sharded_images.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "gradmesh/core/error.h"
+
+namespace gradmesh::data {
+
+Shape image_shape_of(const std::string& encoding, const std::string& where) {
+  const std::string prefix = "ndarray:uint8:";
+  Shape dims;
+  if (encoding.rfind(prefix, 0) == 0) {
+    const std::string rest = encoding.substr(prefix.size());
+    size_t at = 0;
+    while (at <= rest.size()) {
+      const size_t comma = std::min(rest.find(',', at), rest.size());
+      const std::string dim = rest.substr(at, comma - at);
+      if (dim.empty() || dim.size() > 6 || dim.find_first_not_of("0123456789") != std::string::npos) break;
+      dims.push_back(std::stoll(dim));
+      at = comma + 1;
+      if (comma == rest.size()) break;
+    }
+  }
+  if (dims.size() == 2) dims.insert(dims.begin(), 1);
+  const bool ok = dims.size() == 3 && dims[0] >= 1 && dims[0] <= 4 && dims[1] >= 1 && dims[2] >= 1;
+  if (!ok)
+    throw_error(ErrorKind::kFormat, where,
+                "column \"x\" is \"" + encoding + "\"; images are read as ndarray:uint8:C,H,W (C of 1 to 4) or "
+                "ndarray:uint8:H,W");
+  return dims;
+}
+
+ShardedImages::ShardedImages(std::shared_ptr<const MdsReader> set, const Normalization& norm,
+                             const LabelSpace& labels, int64_t limit)
+    : set_(std::move(set)), labels_(labels) {
+  if (!std::isfinite(norm.std) || norm.std == 0 || !std::isfinite(norm.scale) || !std::isfinite(norm.mean))
+    throw_error(ErrorKind::kConfig, "normalization", "scale, mean and std must be finite and std non-zero");
+  if (labels_.classes < 1) throw_error(ErrorKind::kConfig, labels_.source, "must be >= 1");
+  x_ = set_->column("x");
+  y_ = set_->column("y");
+  shape_ = image_shape_of(set_->columns()[x_].encoding, set_->dir());
+  if (set_->columns()[y_].encoding != "int")
+    throw_error(ErrorKind::kFormat, set_->dir(), "column \"y\" is \"" + set_->columns()[y_].encoding +
+                                                     "\"; the class is read as \"int\"");
+  count_ = limit > 0 ? std::min(limit, set_->count()) : set_->count();
+  if (count_ == 0) throw_error(ErrorKind::kFormat, set_->dir(), "holds no samples");
+  // The same table as load_image_dataset: identical floats for identical bytes.
+  for (int b = 0; b < 256; ++b) table_[b] = (static_cast<float>(b) * norm.scale - norm.mean) / norm.std;
+}
+
+void ShardedImages::fill(int64_t /*epoch*/, int64_t index, float* input, int32_t* targets) const {
+  const std::vector<std::string> values = set_->sample(index);
+  const std::string& pixels = values[x_];
+  for (size_t i = 0; i < pixels.size(); ++i) input[i] = table_[static_cast<unsigned char>(pixels[i])];
+  int64_t label = 0;
+  std::memcpy(&label, values[y_].data(), sizeof label);  // little endian, as Streaming writes it
+  if (label < 0 || label >= labels_.classes) {
+    const size_t shard = set_->shard_of(index);
+    throw_error(ErrorKind::kFormat, set_->dir() + "/" + set_->shards()[shard].file + ": sample " + std::to_string(index),
+                "label " + std::to_string(label) + " is outside [0, " + std::to_string(labels_.classes) + ") (" +
+                    labels_.source + ")");
+  }
+  *targets = static_cast<int32_t>(label);
+}
+
+}  // namespace gradmesh::data
