@@ -192,8 +192,10 @@ TEST_F(TrainingLoop, ShardedImagesTrainLikeIdxFiles) {
                                 train_set, 64 << 10);
   data::prepare_images_from_idx(data_->file("t10k-images-idx3-ubyte"), data_->file("t10k-labels-idx1-ubyte"),
                                 test_set, 64 << 10);
+  // One permutation of the whole set, as the IDX path draws it (not the shard-aware blocks).
   const std::vector<std::string> sharded = {"data.format=\"mds\"", "data.train_set=" + train_set,
-                                            "data.test_set=" + test_set, "train.eval_every_epoch=true"};
+                                            "data.test_set=" + test_set, "train.eval_every_epoch=true",
+                                            "data.shuffle_block_shards=0"};
   for (int world : {1, 3}) {
     const std::vector<float> idx = train(config("idx" + std::to_string(world), {"train.eval_every_epoch=true"}), world);
     const double idx_accuracy = last_.test_accuracy;
@@ -201,6 +203,13 @@ TEST_F(TrainingLoop, ShardedImagesTrainLikeIdxFiles) {
     EXPECT_EQ(train(config("mds" + std::to_string(world), sharded), world), idx) << world << " ranks";
     EXPECT_EQ(last_.test_accuracy, idx_accuracy) << world << " ranks";
   }
+  // The shard-aware order (the default for MDS) is another order, the same at every world size.
+  std::vector<std::string> blocks = sharded;
+  blocks.back() = "data.shuffle_block_shards=2";
+  const std::vector<float> one = train(config("blocks1", blocks), 1);
+  ASSERT_FALSE(one.empty());
+  EXPECT_NE(one, train(config("global1", sharded), 1));
+  EXPECT_LE(relative_difference(train(config("blocks3", blocks), 3), one), kOtherSplitTolerance);
 }
 
 TEST_F(TrainingLoop, Bf16OnTheWireStaysCloseButIsRounded) {

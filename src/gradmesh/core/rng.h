@@ -21,6 +21,7 @@ enum class RngPurpose : uint32_t {
   kWindow = 5,   // where language-model training windows start; step = epoch, index = sample
   kSampling = 6, // next-token sampling in generation; step = seed stream, index = position
   kPowerSgd = 7, // PowerSGD's initial Q; step = matrix index, index = element
+  kShardShuffle = 8,  // shard-aware sample order; step = epoch, index = (block, round, value) or a shard draw
 };
 
 using PhiloxBlock = std::array<uint32_t, 4>;

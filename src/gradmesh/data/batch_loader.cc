@@ -1,11 +1,13 @@
 #include "gradmesh/data/batch_loader.h"
 
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/sample_order.h"
+#include "gradmesh/data/shard_order.h"
 
 namespace gradmesh::data {
 namespace {
@@ -130,7 +132,18 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
                           const std::vector<SplitChange>& splits) {
   const auto queue_limit = static_cast<size_t>(options_.prefetch);
   try {
-    const std::vector<int64_t> order = epoch_order(source_.count(), options_.seed, epoch, options_.shuffle);
+    // The epoch's order: shard-aware and computed on demand for a sharded
+    // source, else one permutation of the whole epoch.
+    std::vector<int64_t> whole;
+    std::optional<ShardBlockOrder> blocks;
+    const std::vector<int64_t> shards = source_.shard_sizes();
+    if (options_.shuffle && options_.shuffle_block > 0 && !shards.empty())
+      blocks.emplace(shards, options_.shuffle_block, options_.seed, epoch);
+    else
+      whole = epoch_order(source_.count(), options_.seed, epoch, options_.shuffle);
+    const std::function<int64_t(int64_t)> order = [&](int64_t p) {
+      return blocks ? blocks->at(p) : whole[static_cast<size_t>(p)];
+    };
     for (int64_t step = first_step; step < steps_; ++step) {
       {
         // Waiting for space before assembling bounds memory at `prefetch`
@@ -158,7 +171,7 @@ void BatchLoader::produce(uint64_t generation, int64_t epoch, int64_t first_step
   consumer_cv_.notify_one();
 }
 
-Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
+Batch BatchLoader::assemble(const std::function<int64_t(int64_t)>& order, int64_t epoch, int64_t step,
                             const std::vector<SplitChange>& splits) const {
   const auto [global_begin, global_end] = batch_range(step, source_.count(), options_.global_batch);
   const int64_t global_step = epoch * steps_ + step;
@@ -184,7 +197,7 @@ Batch BatchLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, in
   batch.sample_indices.resize(static_cast<size_t>(n));
   float* dst = batch.images.data();
   for (int64_t k = 0; k < n; ++k) {
-    const int64_t row = order[global_begin + slice_begin + k];
+    const int64_t row = order(global_begin + slice_begin + k);
     source_.fill(epoch, row, dst + k * numel, batch.labels.data() + k * targets);
     batch.sample_indices[k] = row;
   }

@@ -49,6 +49,10 @@ struct BatchLoaderOptions {
   int rank = 0;            // 0 <= rank < world
   int world = 1;           // >= 1
   int prefetch = 2;        // finished batches queued ahead, >= 1
+  // > 0 with a sharded source (SampleSource::shard_sizes()) and shuffle: the
+  // shard-aware order (shard_order.h) in blocks of this many samples;
+  // otherwise one permutation of the whole epoch (epoch_order).
+  int64_t shuffle_block = 0;
   // Optional, runs on the producer thread on every assembled batch (e.g. data
   // augmentation). Whatever it throws is rethrown by next().
   std::function<void(Batch&)> augment;
@@ -99,7 +103,8 @@ class BatchLoader {
 
   void run();
   void produce(uint64_t generation, int64_t epoch, int64_t first_step, const std::vector<SplitChange>& splits);
-  Batch assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t step,
+  // `order(p)`: the sample at position p of the epoch.
+  Batch assemble(const std::function<int64_t(int64_t)>& order, int64_t epoch, int64_t step,
                  const std::vector<SplitChange>& splits) const;
 
   std::unique_ptr<SampleSource> owned_source_;  // the adapter of an ImageDataset

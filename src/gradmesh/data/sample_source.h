@@ -32,6 +32,9 @@ class SampleSource {
   virtual void fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const = 0;
   // "samples" or "tokens": what a target is, for throughput figures.
   virtual const char* target_unit() const = 0;
+  // Samples per shard, in order, summing to count(), for a source read from
+  // shards (the loader's shard-aware order); empty for one held in memory.
+  virtual std::vector<int64_t> shard_sizes() const { return {}; }
 
   int64_t sample_numel() const { return shape_numel(sample_shape()); }
 };

@@ -50,6 +50,18 @@ ShardedImages::ShardedImages(std::shared_ptr<const MdsReader> set, const Normali
   for (int b = 0; b < 256; ++b) table_[b] = (static_cast<float>(b) * norm.scale - norm.mean) / norm.std;
 }
 
+std::vector<int64_t> ShardedImages::shard_sizes() const {
+  // With a limit, the shards up to it (the last one cut short).
+  std::vector<int64_t> sizes;
+  int64_t left = count_;
+  for (const MdsShardInfo& s : set_->shards()) {
+    if (left == 0) break;
+    sizes.push_back(std::min(s.samples, left));
+    left -= sizes.back();
+  }
+  return sizes;
+}
+
 void ShardedImages::fill(int64_t /*epoch*/, int64_t index, float* input, int32_t* targets) const {
   const std::vector<std::string> values = set_->sample(index);
   const std::string& pixels = values[x_];

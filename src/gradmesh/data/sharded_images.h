@@ -31,6 +31,7 @@ class ShardedImages : public SampleSource {
   // Error(kFormat) naming the shard and the sample for a label outside the label space or a malformed sample.
   void fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const override;
   const char* target_unit() const override { return "samples"; }
+  std::vector<int64_t> shard_sizes() const override;
 
   const MdsReader& set() const { return *set_; }
 

@@ -59,6 +59,7 @@ struct DataConfig {
   double std;    // > 0
   bool shuffle;
   bool drop_last;
+  int64_t shuffle_block_shards;  // format = mds: shards per shuffle block; 0 = one global permutation
   int64_t prefetch;     // batches prepared ahead, 0 = no loader thread
   int64_t limit_train;  // first N training samples, 0 = all
   int64_t limit_test;   // first N test samples, 0 = all

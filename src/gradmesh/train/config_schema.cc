@@ -154,6 +154,7 @@ std::vector<KeySpec> build_schema() {
     key<&DataConfig::std>("std", 1.0, open_closed(0, kMaxScale), "Divides after subtracting the mean."),
     key<&DataConfig::shuffle>("shuffle", true, any(), "Shuffle the training set each epoch (a permutation drawn from train.seed and the epoch)."),
     key<&DataConfig::drop_last>("drop_last", false, any(), "Drop the last incomplete training batch of each epoch."),
+    key<&DataConfig::shuffle_block_shards>("shuffle_block_shards", 4, closed(0, 1 << 20), "format = mds: the shard-aware shuffle (docs/data.md): the shards in a drawn order, cut into blocks of this many shards' samples, each block permuted, so a batch reads from a few shards; computed on demand, with no per-sample memory. 0 = one permutation of the whole set, as the IDX path draws it."),
     key<&DataConfig::prefetch>("prefetch", 2, closed(1, 64), "Batches the loader thread prepares ahead of the training step."),
     key<&DataConfig::limit_train>("limit_train", 0, closed(0, kMaxSamples), "Use only the first N training samples (0 = all); for quick tests."),
     key<&DataConfig::limit_test>("limit_test", 0, closed(0, kMaxSamples), "Use only the first N test samples (0 = all; with data.format = \"tokens\", N validation windows); for quick tests."),

@@ -17,8 +17,15 @@ void save_weights(const std::vector<std::pair<std::string, Tensor>>& named, cons
                                 config.output.weights_dtype == "BF16" ? DType::kBF16 : DType::kF32);
 }
 
-data::BatchLoaderOptions loader_options(const Config& config, int rank, int world_size) {
+data::BatchLoaderOptions loader_options(const Config& config, const data::SampleSource& source, int rank,
+                                        int world_size) {
   data::BatchLoaderOptions o;
+  // A sharded set's shuffle blocks: data.shuffle_block_shards shards' worth of samples.
+  const std::vector<int64_t> shards = source.shard_sizes();
+  if (!shards.empty() && config.data.shuffle_block_shards > 0) {
+    const auto count = static_cast<int64_t>(shards.size());
+    o.shuffle_block = config.data.shuffle_block_shards * ((source.count() + count - 1) / count);
+  }
   o.global_batch = config.train.batch_size;
   o.seed = config.train.seed;
   o.shuffle = config.data.shuffle;
@@ -91,7 +98,8 @@ void TrainingRun::adopt_dp_group(std::shared_ptr<comm::ProcessGroup> dp) {
 
 // What depends on the group: rebuilt after an in-process recovery.
 void TrainingRun::build_step_machinery() {
-  loader_ = std::make_unique<data::BatchLoader>(*prepared_.data->train, loader_options(config_, dp_rank_, dp_size_));
+  const data::SampleSource& train = *prepared_.data->train;
+  loader_ = std::make_unique<data::BatchLoader>(train, loader_options(config_, train, dp_rank_, dp_size_));
   runner_ = std::make_unique<StepRunner>(model(), *optimizer_, config_, *sync_, prepared_.whole.get(),
                                          pipeline_.forward ? &pipeline_ : nullptr);
   stop_vote_ = std::make_unique<StopVote>(world_);
