@@ -110,6 +110,9 @@ class MdsReader {
   // Sample `index`'s columns, each its bytes. Error(kFormat) naming the shard
   // and the sample when its offsets or sizes are impossible.
   std::vector<std::string> sample(int64_t index) const;
+  // The same into `buffer`, reused from call to call (no allocation once it
+  // is large enough), with `columns` viewing the columns' bytes in it.
+  void read(int64_t index, std::string& buffer, std::vector<std::string_view>& columns) const;
   // Bytes read from shard files so far (for metering).
   int64_t bytes_read() const { return bytes_read_.load(); }
   // Reads shard `s` whole and compares its xxh64 with index.json: "" when it

@@ -189,44 +189,57 @@ void MdsReader::pread_exact(size_t shard, int64_t offset, void* out, int64_t byt
   count_io(IoCounter::kDatasetRead, static_cast<uint64_t>(bytes));
 }
 
-std::vector<std::string> MdsReader::sample(int64_t index) const {
+void MdsReader::read(int64_t index, std::string& data, std::vector<std::string_view>& values) const {
   const size_t s = shard_of(index);
   const int64_t local = index - starts_[s];
   const MdsShardInfo& shard = shards_[s];
-  const std::string where = (fs::path(dir_) / shard.file).string() + ": sample " + std::to_string(index) +
-                            " (" + std::to_string(local) + " of the shard)";
+  auto where = [&] {
+    return (fs::path(dir_) / shard.file).string() + ": sample " + std::to_string(index) + " (" +
+           std::to_string(local) + " of the shard)";
+  };
   unsigned char pair[8];
   pread_exact(s, 4 * (1 + local), pair, 8, index);
   const int64_t begin = read_u32(pair), end = read_u32(pair + 4);
   const int64_t header_end = 4 * (shard.samples + 2);
   if (begin < header_end || end < begin || end > shard.bytes || end - begin > kMdsMaxSampleBytes)
-    throw_error(ErrorKind::kFormat, where, "impossible offsets " + std::to_string(begin) + ".." + std::to_string(end) +
-                                               " in a shard of " + std::to_string(shard.bytes) + " bytes");
-  std::string data(static_cast<size_t>(end - begin), '\0');
+    throw_error(ErrorKind::kFormat, where(), "impossible offsets " + std::to_string(begin) + ".." +
+                                                 std::to_string(end) + " in a shard of " + std::to_string(shard.bytes) +
+                                                 " bytes");
+  data.resize(static_cast<size_t>(end - begin));
   pread_exact(s, begin, data.data(), end - begin, index);
   // The variable columns' sizes come first, then every column's bytes.
-  std::vector<int64_t> sizes;
   size_t at = 0;
+  values.clear();
   for (const MdsColumn& c : columns_) {
-    if (c.size) {
-      sizes.push_back(*c.size);
-      continue;
-    }
-    if (at + 4 > data.size()) throw_error(ErrorKind::kFormat, where, "shorter than its column sizes");
-    sizes.push_back(read_u32(reinterpret_cast<const unsigned char*>(data.data()) + at));
+    if (c.size) continue;
+    if (at + 4 > data.size()) throw_error(ErrorKind::kFormat, where(), "shorter than its column sizes");
     at += 4;
   }
-  std::vector<std::string> values;
-  for (size_t c = 0; c < columns_.size(); ++c) {
-    if (sizes[c] > static_cast<int64_t>(data.size() - at))
-      throw_error(ErrorKind::kFormat, where, "column \"" + columns_[c].name + "\" claims " + std::to_string(sizes[c]) +
-                                                 " bytes; the sample has " + std::to_string(data.size() - at) + " left");
-    values.emplace_back(data, at, static_cast<size_t>(sizes[c]));
-    at += static_cast<size_t>(sizes[c]);
+  size_t size_at = 0;
+  for (const MdsColumn& c : columns_) {
+    int64_t size = 0;
+    if (c.size) {
+      size = *c.size;
+    } else {
+      size = read_u32(reinterpret_cast<const unsigned char*>(data.data()) + size_at);
+      size_at += 4;
+    }
+    if (size > static_cast<int64_t>(data.size() - at))
+      throw_error(ErrorKind::kFormat, where(), "column \"" + c.name + "\" claims " + std::to_string(size) +
+                                                   " bytes; the sample has " + std::to_string(data.size() - at) +
+                                                   " left");
+    values.emplace_back(data.data() + at, static_cast<size_t>(size));
+    at += static_cast<size_t>(size);
   }
   if (at != data.size())
-    throw_error(ErrorKind::kFormat, where, std::to_string(data.size() - at) + " bytes after its last column");
-  return values;
+    throw_error(ErrorKind::kFormat, where(), std::to_string(data.size() - at) + " bytes after its last column");
+}
+
+std::vector<std::string> MdsReader::sample(int64_t index) const {
+  std::string buffer;
+  std::vector<std::string_view> views;
+  read(index, buffer, views);
+  return {views.begin(), views.end()};
 }
 
 std::string MdsReader::verify_shard(size_t s) const {

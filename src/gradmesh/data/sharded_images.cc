@@ -63,8 +63,11 @@ std::vector<int64_t> ShardedImages::shard_sizes() const {
 }
 
 void ShardedImages::fill(int64_t /*epoch*/, int64_t index, float* input, int32_t* targets) const {
-  const std::vector<std::string> values = set_->sample(index);
-  const std::string& pixels = values[x_];
+  // Each loader thread reuses its own buffers: no allocation per sample.
+  thread_local std::string buffer;
+  thread_local std::vector<std::string_view> values;
+  set_->read(index, buffer, values);
+  const std::string_view pixels = values[x_];
   for (size_t i = 0; i < pixels.size(); ++i) input[i] = table_[static_cast<unsigned char>(pixels[i])];
   int64_t label = 0;
   std::memcpy(&label, values[y_].data(), sizeof label);  // little endian, as Streaming writes it
