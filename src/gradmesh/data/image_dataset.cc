@@ -39,6 +39,13 @@ void check_labels(const std::vector<uint8_t>& labels, const LabelSpace& space, c
 
 }  // namespace
 
+std::array<float, 256> normalization_table(const Normalization& norm) {
+  check_norm(norm);
+  std::array<float, 256> table;
+  for (int b = 0; b < 256; ++b) table[b] = (static_cast<float>(b) * norm.scale - norm.mean) / norm.std;
+  return table;
+}
+
 ImageDataset load_image_dataset(const std::string& images_path, const std::string& labels_path,
                                 const Normalization& norm, const LabelSpace& label_space) {
   check_norm(norm);
@@ -68,8 +75,7 @@ ImageDataset load_image_dataset(const std::string& images_path, const std::strin
   ds.width = images.dims[has_channels ? 3 : 2];
 
   // 256 possible bytes: normalise through a table, identical for every pixel.
-  std::array<float, 256> table;
-  for (int b = 0; b < 256; ++b) table[b] = (static_cast<float>(b) * norm.scale - norm.mean) / norm.std;
+  const std::array<float, 256> table = normalization_table(norm);
   ds.pixels.resize(images.values.size());
   std::transform(images.values.begin(), images.values.end(), ds.pixels.begin(),
                  [&](uint8_t b) { return table[b]; });

@@ -5,6 +5,7 @@
 // keeps the loader thread far ahead of the training step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,12 @@ struct Normalization {
   float mean = 0;
   float std = 1;  // REQUIRES: finite and != 0
 };
+
+// The float of each of the 256 byte values under `norm`: every image path
+// (the in-memory IDX set, MDS shards) normalises through it, so the same
+// bytes give the same floats whichever path read them. Error(kConfig) when
+// scale, mean or std is not finite or std is 0.
+std::array<float, 256> normalization_table(const Normalization& norm);
 
 struct ImageDataset {
   int64_t count = 0;

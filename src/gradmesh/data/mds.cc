@@ -28,12 +28,6 @@ const std::vector<std::pair<std::string, int64_t>>& scalar_sizes() {
   return sizes;
 }
 
-std::string hex64(uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
 void append_u32(std::string& out, uint64_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -58,6 +52,12 @@ json shard_config(const std::vector<MdsColumn>& columns, int64_t shard_bytes) {
 }
 
 }  // namespace
+
+std::string mds_xxh64_hex(uint64_t hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
 
 std::optional<int64_t> mds_fixed_size(const std::string& encoding) {
   for (const auto& [name, size] : scalar_sizes())
@@ -168,7 +168,7 @@ void MdsWriter::close_shard() {
   const uint64_t hash = XXH64_digest(state);
   XXH64_freeState(state);
   json entry = shard_config(columns_, shard_bytes_);
-  entry["raw_data"] = {{"basename", name}, {"bytes", offset}, {"hashes", {{"xxh64", hex64(hash)}}}};
+  entry["raw_data"] = {{"basename", name}, {"bytes", offset}, {"hashes", {{"xxh64", mds_xxh64_hex(hash)}}}};
   entry["samples"] = n;
   entry["zip_data"] = nullptr;
   shard_entries_.push_back(entry.dump());

@@ -44,6 +44,9 @@ struct MdsColumn {
   std::optional<int64_t> size;       // bytes of a fixed-size encoding, none when variable
 };
 
+// A shard's xxh64 as index.json records it: 16 lowercase hex digits.
+std::string mds_xxh64_hex(uint64_t hash);
+
 // The byte size of a fixed-size encoding; none for a variable one. Error(kFormat) naming `encoding` when unknown.
 std::optional<int64_t> mds_fixed_size(const std::string& encoding);
 

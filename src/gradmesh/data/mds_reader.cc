@@ -259,8 +259,7 @@ std::string MdsReader::verify_shard(size_t s) const {
     XXH64_update(state, buffer.data(), static_cast<size_t>(n));
     offset += n;
   }
-  char found[17];
-  std::snprintf(found, sizeof found, "%016llx", static_cast<unsigned long long>(XXH64_digest(state)));
+  const std::string found = mds_xxh64_hex(XXH64_digest(state));
   XXH64_freeState(state);
   if (shard.xxh64 == found) return "";
   return std::string("xxh64 ") + found + ", index.json says " + shard.xxh64;

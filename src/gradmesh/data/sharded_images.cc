@@ -35,8 +35,6 @@ Shape image_shape_of(const std::string& encoding, const std::string& where) {
 ShardedImages::ShardedImages(std::shared_ptr<const MdsReader> set, const Normalization& norm,
                              const LabelSpace& labels, int64_t limit)
     : set_(std::move(set)), labels_(labels) {
-  if (!std::isfinite(norm.std) || norm.std == 0 || !std::isfinite(norm.scale) || !std::isfinite(norm.mean))
-    throw_error(ErrorKind::kConfig, "normalization", "scale, mean and std must be finite and std non-zero");
   if (labels_.classes < 1) throw_error(ErrorKind::kConfig, labels_.source, "must be >= 1");
   x_ = set_->column("x");
   y_ = set_->column("y");
@@ -46,8 +44,7 @@ ShardedImages::ShardedImages(std::shared_ptr<const MdsReader> set, const Normali
                                                      "\"; the class is read as \"int\"");
   count_ = limit > 0 ? std::min(limit, set_->count()) : set_->count();
   if (count_ == 0) throw_error(ErrorKind::kFormat, set_->dir(), "holds no samples");
-  // The same table as load_image_dataset: identical floats for identical bytes.
-  for (int b = 0; b < 256; ++b) table_[b] = (static_cast<float>(b) * norm.scale - norm.mean) / norm.std;
+  table_ = normalization_table(norm);  // as load_image_dataset: identical floats for identical bytes
 }
 
 std::vector<int64_t> ShardedImages::shard_sizes() const {
