@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev                      # safetensors headers, JSONL
   libcli11-dev                            # command line
   zlib1g-dev                              # gzipped IDX files
+  libturbojpeg0-dev libspng-dev           # JPEG and PNG samples (image folders, MDS jpeg/png columns)
   libxxhash-dev                           # stable hashes (store-key file names, shm segment names, collective fingerprints)
   libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
   etcd-server etcd-client                 # replicated rendezvous store (tests start a real 3-member cluster; etcdctl to inspect it)

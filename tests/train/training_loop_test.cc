@@ -22,6 +22,8 @@
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/comm/shm/process_group.h"
 #include "gradmesh/data/idx.h"
+#include "gradmesh/data/image_codec.h"
+#include "gradmesh/data/mds.h"
 #include "gradmesh/data/prepare_images.h"
 #include "gradmesh/train/trainer.h"
 #include "parallel/trained_weights.h"
@@ -210,6 +212,36 @@ TEST_F(TrainingLoop, ShardedImagesTrainLikeIdxFiles) {
   ASSERT_FALSE(one.empty());
   EXPECT_NE(one, train(config("global1", sharded), 1));
   EXPECT_LE(relative_difference(train(config("blocks3", blocks), 3), one), kOtherSplitTolerance);
+}
+
+TEST_F(TrainingLoop, CnnFromJpegShardsWithAugmentationIsTheSameAtAnyWorkerCount) {
+  // The 1000 training images as JPEGs in MDS shards, decoded, cropped and flipped by the loader.
+  const std::string set = dir_.file("jpeg-set");
+  {
+    const data::IdxArray x = data::read_idx(data_->file("train-images-idx3-ubyte"));
+    const data::IdxArray y = data::read_idx(data_->file("train-labels-idx1-ubyte"));
+    data::MdsWriter writer(set, {{"x", "jpeg", std::nullopt}, {"y", "int", std::nullopt}}, 64 << 10);
+    for (size_t i = 0; i < 1000; ++i) {
+      const std::string jpeg = data::encode_jpeg(x.values.data() + i * 784, data::ImageSize{1, 28, 28}, 90);
+      const int64_t label = y.values[i];
+      writer.add({jpeg, std::string_view(reinterpret_cast<const char*>(&label), sizeof label)});
+    }
+    writer.finish();
+  }
+  const std::vector<std::string> cnn = {
+      "model.channels=[4,8]", "model.fc_hidden=16", "data.limit_train=300", "train.max_steps=8",
+      "train.batch_size=32",  "train.eval_every_epoch=false", "train.threads=1", "output.trace_steps=0",
+      "output.report=false",  "data.format=\"mds\"", "data.train_set=" + set, "data.crop_padding=4", "data.flip=true"};
+  const std::vector<float> one = train(config("aug-w1", cnn, "cnn"), 1);
+  ASSERT_FALSE(one.empty());
+  std::vector<std::string> workers = cnn;
+  workers.push_back("data.workers=3");
+  EXPECT_EQ(train(config("aug-w3", workers, "cnn"), 1), one) << "the loader's workers change no bit";
+  EXPECT_LE(relative_difference(train(config("aug-r2", workers, "cnn"), 2), one), kOtherSplitTolerance)
+      << "two ranks see the same augmented samples";
+  std::vector<std::string> plain = cnn;
+  plain.resize(plain.size() - 2);
+  EXPECT_NE(train(config("plain", plain, "cnn"), 1), one) << "augmentation changes what is trained on";
 }
 
 TEST_F(TrainingLoop, Bf16OnTheWireStaysCloseButIsRounded) {

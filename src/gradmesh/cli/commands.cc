@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "gradmesh/autograd/tape.h"
+#include "gradmesh/cli/data_command.h"
 #include "gradmesh/cli/self_executable.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
@@ -17,8 +18,6 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/exit_codes.h"
 #include "gradmesh/core/log.h"
-#include "gradmesh/data/mds.h"
-#include "gradmesh/data/prepare_images.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
@@ -160,30 +159,6 @@ int run_eval(const std::string& config_path, const std::vector<std::string>& ove
 
 namespace {
 
-// An MDS set: its columns, samples and shards, every shard's checksum verified.
-int inspect_set(const std::string& dir) {
-  const data::MdsReader set(dir);
-  std::printf("MDS set %s: %lld samples in %zu shard(s)\n", dir.c_str(), static_cast<long long>(set.count()),
-              set.shards().size());
-  for (const data::MdsColumn& c : set.columns())
-    std::printf("  column %s: %s%s\n", c.name.c_str(), c.encoding.c_str(),
-                c.size ? (" (" + std::to_string(*c.size) + " bytes)").c_str() : " (variable)");
-  int bad = 0;
-  int64_t bytes = 0;
-  for (size_t s = 0; s < set.shards().size(); ++s) {
-    const data::MdsShardInfo& shard = set.shards()[s];
-    const std::string wrong = set.verify_shard(s);
-    bad += !wrong.empty();
-    bytes += shard.bytes;
-    std::printf("  %s: %lld samples, %lld bytes, %s\n", shard.file.c_str(), static_cast<long long>(shard.samples),
-                static_cast<long long>(shard.bytes), wrong.empty() ? "xxh64 verified" : ("BAD: " + wrong).c_str());
-  }
-  std::printf("  %lld bytes in all; %s\n", static_cast<long long>(bytes),
-              bad ? (std::to_string(bad) + " shard(s) do not verify").c_str() : "every shard verifies");
-  if (bad) std::fprintf(stderr, "gradmesh inspect: %d shard(s) of %s do not verify\n", bad, dir.c_str());
-  return bad ? 1 : 0;
-}
-
 }  // namespace
 
 int run_inspect(const std::string& path) {
@@ -258,14 +233,6 @@ int run_env_docs() {
 
 int run_config_docs() {
   std::fputs(train::config_markdown().c_str(), stdout);
-  return 0;
-}
-
-int run_prepare(const std::string& images, const std::string& labels, const std::string& output, int64_t shard_mb) {
-  const data::PreparedSet r = data::prepare_images_from_idx(images, labels, output, shard_mb << 20);
-  std::printf("%s: %lld samples in %zu shard(s), %lld bytes (MDS; `gradmesh inspect %s` verifies them)\n",
-              output.c_str(), static_cast<long long>(r.samples), r.shards, static_cast<long long>(r.bytes),
-              output.c_str());
   return 0;
 }
 

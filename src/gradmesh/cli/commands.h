@@ -30,8 +30,6 @@ int run_config_docs();
 
 // `gradmesh data prepare-text`: tokenises the inputs (default
 // /usr/share/games/fortunes) into `output` and prints what it wrote.
-// gradmesh data prepare: IDX images and labels -> an MDS set in `output`.
-int run_prepare(const std::string& images, const std::string& labels, const std::string& output, int64_t shard_mb);
 int run_prepare_text(std::vector<std::string> inputs, const std::string& output, const std::string& vocab,
                      double val_fraction);
 

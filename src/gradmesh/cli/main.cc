@@ -11,6 +11,7 @@
 
 #include "gradmesh/cli/bench_scaling_command.h"
 #include "gradmesh/cli/commands.h"
+#include "gradmesh/cli/data_command.h"
 #include "gradmesh/cli/generate_command.h"
 #include "gradmesh/cli/launch_command.h"
 #include "gradmesh/cli/plan_command.h"
@@ -197,20 +198,38 @@ void add_plan(CLI::App& app, Commands& commands) {
 }
 
 void add_data_prepare(CLI::App& data, Commands& commands) {
-  struct Args {
-    std::string images, labels, output;
-    int64_t shard_mb = 64;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<gradmesh::cli::PrepareArgs>();
   CLI::App* prepare = data.add_subcommand(
       "prepare", "Write an image set as MDS shards that each rank reads only its part of (docs/data.md)");
   prepare->add_option("--images", a->images, "IDX images, [N, H, W] or [N, C, H, W], plain or gzipped")
-      ->required()->type_name("FILE");
-  prepare->add_option("--labels", a->labels, "IDX labels, [N]")->required()->type_name("FILE");
+      ->type_name("FILE");
+  prepare->add_option("--labels", a->labels, "IDX labels, [N]")->type_name("FILE");
+  prepare->add_option("--image-folder", a->image_folder,
+                      "Or JPEG and PNG images, one subdirectory per class (torchvision's ImageFolder layout)")
+      ->type_name("DIR");
   prepare->add_option("--output", a->output, "Directory for index.json and the shards")->required()->type_name("DIR");
   prepare->add_option("--shard-mb", a->shard_mb, "Largest shard, in MiB")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4095}));
-  commands.push_back({prepare, [a] { return gradmesh::cli::run_prepare(a->images, a->labels, a->output, a->shard_mb); }});
+  prepare->add_option("--workers", a->workers, "Image folder: decoding threads (default: every core)")
+      ->check(CLI::Range(1, 1024));
+  prepare->add_option("--on-corrupt", a->on_corrupt, "Image folder: a corrupt image stops the prepare, or is skipped")
+      ->capture_default_str()->check(CLI::IsMember({"fail", "skip"}));
+  prepare->add_option("--seed", a->seed, "Image folder: the order the samples are written in")->capture_default_str();
+  commands.push_back({prepare, [a] { return gradmesh::cli::run_prepare(*a); }});
+
+  auto b = std::make_shared<gradmesh::cli::DataBenchArgs>();
+  CLI::App* bench = data.add_subcommand("bench", "Read an MDS image set through the training loader and time it");
+  bench->add_option("set", b->set, "The set's directory")->required();
+  bench->add_option("--workers", b->workers, "Loader threads (data.workers)")->capture_default_str()->check(CLI::Range(1, 256));
+  bench->add_option("--batch", b->batch, "Samples per batch")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  bench->add_option("--crop-padding", b->crop_padding, "Random crop after padding (data.crop_padding)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1024}));
+  bench->add_flag("--flip", b->flip, "Random left-right flip (data.flip)");
+  bench->add_option("--epochs", b->epochs, "Passes over the set")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  bench->add_option("--limit", b->limit, "Only the first N samples (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  bench->add_flag("--decode-only", b->decode_only, "Time the image decoder alone on one thread, from memory");
+  bench->add_flag("--json", b->json, "One JSON line");
+  commands.push_back({bench, [b] { return gradmesh::cli::run_data_bench(*b); }});
 }
 
 void add_data(CLI::App& app, Commands& commands) {

@@ -22,6 +22,7 @@ enum class RngPurpose : uint32_t {
   kSampling = 6, // next-token sampling in generation; step = seed stream, index = position
   kPowerSgd = 7, // PowerSGD's initial Q; step = matrix index, index = element
   kShardShuffle = 8,  // shard-aware sample order; step = epoch, index = (block, round, value) or a shard draw
+  kAugment = 9,  // data augmentation (crop offsets, flips); step = epoch, index = sample
 };
 
 using PhiloxBlock = std::array<uint32_t, 4>;

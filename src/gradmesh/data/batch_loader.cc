@@ -21,6 +21,8 @@ BatchLoaderOptions validated(BatchLoaderOptions o) {
                     " world=" + std::to_string(o.world));
   if (o.prefetch < 1)
     throw_error(ErrorKind::kConfig, "batch loader", "prefetch must be >= 1, got " + std::to_string(o.prefetch));
+  if (o.workers < 1)
+    throw_error(ErrorKind::kConfig, "batch loader", "workers must be >= 1, got " + std::to_string(o.workers));
   return o;
 }
 
@@ -30,6 +32,7 @@ BatchLoader::BatchLoader(const SampleSource& source, BatchLoaderOptions options)
     : source_(source),
       options_(validated(std::move(options))),
       steps_(batches_per_epoch(source.count(), options_.global_batch, options_.drop_last)),
+      workers_(std::make_unique<SampleWorkers>(options_.workers)),
       producer_([this] { run(); }) {}
 
 BatchLoader::BatchLoader(const ImageDataset& data, BatchLoaderOptions options)
@@ -37,6 +40,7 @@ BatchLoader::BatchLoader(const ImageDataset& data, BatchLoaderOptions options)
       source_(*owned_source_),
       options_(validated(std::move(options))),
       steps_(batches_per_epoch(data.count, options_.global_batch, options_.drop_last)),
+      workers_(std::make_unique<SampleWorkers>(options_.workers)),
       producer_([this] { run(); }) {}
 
 BatchLoader::~BatchLoader() {
@@ -196,11 +200,11 @@ Batch BatchLoader::assemble(const std::function<int64_t(int64_t)>& order, int64_
   batch.labels.resize(static_cast<size_t>(n * targets));
   batch.sample_indices.resize(static_cast<size_t>(n));
   float* dst = batch.images.data();
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t row = order(global_begin + slice_begin + k);
-    source_.fill(epoch, row, dst + k * numel, batch.labels.data() + k * targets);
-    batch.sample_indices[k] = row;
-  }
+  for (int64_t k = 0; k < n; ++k) batch.sample_indices[static_cast<size_t>(k)] = order(global_begin + slice_begin + k);
+  workers_->run(n, [&](int64_t k) {
+    source_.fill(epoch, batch.sample_indices[static_cast<size_t>(k)], dst + k * numel,
+                 batch.labels.data() + k * targets);
+  });
   return batch;
 }
 

@@ -1,7 +1,8 @@
 // Assembles this rank's slice of each global batch on a background thread.
 //
-// One producer thread walks the epoch's batch plan (sample_order.h) and copies
-// each sample's normalised pixels into a fresh batch tensor, keeping up to
+// One producer thread walks the epoch's batch plan (sample_order.h) and has
+// each sample written into a fresh batch tensor (by itself and `workers` - 1
+// helper threads: sample_workers.h), keeping up to
 // `prefetch` finished batches in a bounded queue so the training step never
 // waits for data. The batch sequence is a pure function of (seed, epoch,
 // global_batch, drop_last, rank, world) and the split schedule (set_split):
@@ -22,6 +23,7 @@
 #include "gradmesh/core/tensor.h"
 #include "gradmesh/data/image_dataset.h"
 #include "gradmesh/data/sample_source.h"
+#include "gradmesh/data/sample_workers.h"
 
 namespace gradmesh::data {
 
@@ -49,6 +51,9 @@ struct BatchLoaderOptions {
   int rank = 0;            // 0 <= rank < world
   int world = 1;           // >= 1
   int prefetch = 2;        // finished batches queued ahead, >= 1
+  // Threads filling each batch's samples (reading, decoding, augmenting),
+  // the producer thread included; >= 1.
+  int workers = 1;
   // > 0 with a sharded source (SampleSource::shard_sizes()) and shuffle: the
   // shard-aware order (shard_order.h) in blocks of this many samples;
   // otherwise one permutation of the whole epoch (epoch_order).
@@ -125,6 +130,7 @@ class BatchLoader {
   bool done_ = false;  // the producer finished the current generation
   std::exception_ptr error_;
   bool stop_ = false;
+  std::unique_ptr<SampleWorkers> workers_;  // the producer's helpers
   std::thread producer_;  // last: starts after every member above exists
 };
 

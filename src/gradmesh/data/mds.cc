@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "gradmesh/core/atomic_file.h"
@@ -174,14 +175,46 @@ void MdsWriter::close_shard() {
   shard_entries_.push_back(entry.dump());
   samples_.clear();
   open_bytes_ = 0;
+  if (on_shard_closed) on_shard_closed(total_);  // add() closes a shard before counting its new sample
+}
+
+std::string MdsWriter::closed_index() const {
+  std::string text = "[";
+  for (size_t i = 0; i < shard_entries_.size(); ++i) text += (i ? ", " : "") + shard_entries_[i];
+  return text + "]";
+}
+
+void MdsWriter::resume(const std::string& closed_index) {
+  if (total_ != 0 || !shard_entries_.empty()) throw_error(ErrorKind::kInternal, dir_, "resume() after add()");
+  const json entries = json::parse(closed_index, nullptr, false);
+  if (!entries.is_array()) throw_error(ErrorKind::kFormat, dir_, "the recorded shards are not a JSON array");
+  const json columns = shard_config(columns_, shard_bytes_);
+  for (const json& entry : entries) {
+    const std::string name = shard_name(shard_entries_.size());
+    const std::string path = (fs::path(dir_) / name).string();
+    if (!entry.is_object() || entry.value("column_encodings", json()) != columns["column_encodings"] ||
+        entry.value("column_names", json()) != columns["column_names"])
+      throw_error(ErrorKind::kFormat, path, "was written with other columns than this set's");
+    const json raw = entry.value("raw_data", json());
+    const int64_t samples = entry.value("samples", int64_t{-1});
+    if (!raw.is_object() || raw.value("basename", "") != name || samples < 1)
+      throw_error(ErrorKind::kFormat, path, "the record of this shard is malformed");
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string recorded = raw.value("hashes", json::object()).value("xxh64", "");
+    if (!in.good() && !in.eof()) throw_error(ErrorKind::kFormat, path, "cannot be read back");
+    if (static_cast<int64_t>(bytes.size()) != raw.value("bytes", int64_t{-1}) ||
+        mds_xxh64_hex(XXH64(bytes.data(), bytes.size(), 0)) != recorded)
+      throw_error(ErrorKind::kFormat, path, "differs from its record (size or xxh64): it changed since it was written");
+    shard_entries_.push_back(entry.dump());
+    total_ += samples;
+  }
 }
 
 int64_t MdsWriter::finish() {
   if (finished_) return total_;
   close_shard();
-  std::string index = "{\"shards\": [";
-  for (size_t i = 0; i < shard_entries_.size(); ++i) index += (i ? ", " : "") + shard_entries_[i];
-  index += "], \"version\": 2}\n";
+  const std::string index = "{\"shards\": " + closed_index() + ", \"version\": 2}\n";
   write_file_atomically((fs::path(dir_) / "index.json").string(), index);
   finished_ = true;
   return total_;

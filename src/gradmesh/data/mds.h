@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,6 +69,16 @@ class MdsWriter {
   // Closes the last shard and writes index.json. Returns the samples written.
   int64_t finish();
   int64_t samples() const { return total_; }
+
+  // Resuming an interrupted writer: after each shard is written,
+  // on_shard_closed(samples in closed shards) runs, and closed_index() is the
+  // "shards" array of those shards (JSON text) to record. resume() takes such
+  // a record before any add(): the shards it lists must be there with their
+  // recorded sizes and checksums and this writer's columns (Error(kFormat)
+  // naming the shard otherwise); the next shard follows them.
+  std::function<void(int64_t)> on_shard_closed;
+  std::string closed_index() const;
+  void resume(const std::string& closed_index);
 
  private:
   void close_shard();

@@ -28,7 +28,8 @@ class SampleSource {
   // Targets per sample: 1 (a class) or block_size (next tokens).
   virtual int64_t targets_per_sample() const = 0;
   // Writes sample `index` (0 <= index < count()) of `epoch`: shape_numel(sample_shape())
-  // floats of input and targets_per_sample() targets.
+  // floats of input and targets_per_sample() targets. Called from several
+  // loader threads at once (data.workers), each sample by one of them.
   virtual void fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const = 0;
   // "samples" or "tokens": what a target is, for throughput figures.
   virtual const char* target_unit() const = 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/data/image_codec.h"
 
 namespace gradmesh::data {
 
@@ -33,12 +34,20 @@ Shape image_shape_of(const std::string& encoding, const std::string& where) {
 }
 
 ShardedImages::ShardedImages(std::shared_ptr<const MdsReader> set, const Normalization& norm,
-                             const LabelSpace& labels, int64_t limit)
-    : set_(std::move(set)), labels_(labels) {
+                             const LabelSpace& labels, int64_t limit, const ImageAugment& augment)
+    : set_(std::move(set)), augment_(augment), labels_(labels) {
   if (labels_.classes < 1) throw_error(ErrorKind::kConfig, labels_.source, "must be >= 1");
   x_ = set_->column("x");
   y_ = set_->column("y");
-  shape_ = image_shape_of(set_->columns()[x_].encoding, set_->dir());
+  const std::string& encoding = set_->columns()[x_].encoding;
+  encoded_ = encoding == "jpeg" || encoding == "png" || encoding == "bytes";
+  if (encoded_ && set_->count() > 0) {
+    const std::vector<std::string> first = set_->sample(0);
+    const ImageSize size = peek_image(first[x_], where(0));
+    shape_ = {size.channels, size.height, size.width};
+  } else {
+    shape_ = image_shape_of(encoding, set_->dir());
+  }
   if (set_->columns()[y_].encoding != "int")
     throw_error(ErrorKind::kFormat, set_->dir(), "column \"y\" is \"" + set_->columns()[y_].encoding +
                                                      "\"; the class is read as \"int\"");
@@ -59,18 +68,30 @@ std::vector<int64_t> ShardedImages::shard_sizes() const {
   return sizes;
 }
 
-void ShardedImages::fill(int64_t /*epoch*/, int64_t index, float* input, int32_t* targets) const {
+std::string ShardedImages::where(int64_t index) const {
+  return set_->dir() + "/" + set_->shards()[set_->shard_of(index)].file + ": sample " + std::to_string(index);
+}
+
+void ShardedImages::fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const {
   // Each loader thread reuses its own buffers: no allocation per sample.
   thread_local std::string buffer;
   thread_local std::vector<std::string_view> values;
+  thread_local std::vector<uint8_t> decoded;
   set_->read(index, buffer, values);
-  const std::string_view pixels = values[x_];
-  for (size_t i = 0; i < pixels.size(); ++i) input[i] = table_[static_cast<unsigned char>(pixels[i])];
+  const auto* pixels = reinterpret_cast<const uint8_t*>(values[x_].data());
+  if (encoded_) {
+    const ImageSize size = decode_image(values[x_], decoded, where(index));
+    if (size != ImageSize{shape_[0], shape_[1], shape_[2]})
+      throw_error(ErrorKind::kFormat, where(index),
+                  "image is " + shape_str({size.channels, size.height, size.width}) + " (C, H, W); the set's first is " +
+                      shape_str(shape_) + ": every image of a set must have one size");
+    pixels = decoded.data();
+  }
+  augment_and_normalise(pixels, shape_, table_, augment_, epoch, index, input);
   int64_t label = 0;
   std::memcpy(&label, values[y_].data(), sizeof label);  // little endian, as Streaming writes it
   if (label < 0 || label >= labels_.classes) {
-    const size_t shard = set_->shard_of(index);
-    throw_error(ErrorKind::kFormat, set_->dir() + "/" + set_->shards()[shard].file + ": sample " + std::to_string(index),
+    throw_error(ErrorKind::kFormat, where(index),
                 "label " + std::to_string(label) + " is outside [0, " + std::to_string(labels_.classes) + ") (" +
                     labels_.source + ")");
   }

@@ -61,6 +61,9 @@ struct DataConfig {
   bool drop_last;
   int64_t shuffle_block_shards;  // format = mds: shards per shuffle block; 0 = one global permutation
   int64_t prefetch;     // batches prepared ahead, 0 = no loader thread
+  int64_t workers;      // loader threads filling each batch (reading, decoding, augmenting)
+  int64_t crop_padding;  // format = mds, training set: random crop after padding by this much (0 = none)
+  bool flip;             // format = mds, training set: random left-right flip
   int64_t limit_train;  // first N training samples, 0 = all
   int64_t limit_test;   // first N test samples, 0 = all
   bool operator==(const DataConfig&) const = default;

@@ -156,6 +156,9 @@ std::vector<KeySpec> build_schema() {
     key<&DataConfig::drop_last>("drop_last", false, any(), "Drop the last incomplete training batch of each epoch."),
     key<&DataConfig::shuffle_block_shards>("shuffle_block_shards", 4, closed(0, 1 << 20), "format = mds: the shard-aware shuffle (docs/data.md): the shards in a drawn order, cut into blocks of this many shards' samples, each block permuted, so a batch reads from a few shards; computed on demand, with no per-sample memory. 0 = one permutation of the whole set, as the IDX path draws it."),
     key<&DataConfig::prefetch>("prefetch", 2, closed(1, 64), "Batches the loader thread prepares ahead of the training step."),
+    key<&DataConfig::workers>("workers", 1, closed(1, 256), "Threads filling each batch: reading samples, decoding JPEG and PNG images, augmenting (the loader thread and workers - 1 more). Any value gives the same samples."),
+    key<&DataConfig::crop_padding>("crop_padding", 0, closed(0, 1024), "format = mds: training images are padded with zeros by this many pixels on each side and cropped back to their size at a random offset (torchvision's RandomCrop(size, padding)); 0 = no crop. Drawn from (train.seed, epoch, sample)."),
+    key<&DataConfig::flip>("flip", false, any(), "format = mds: training images are mirrored left-right with probability 1/2 (torchvision's RandomHorizontalFlip). Drawn from (train.seed, epoch, sample)."),
     key<&DataConfig::limit_train>("limit_train", 0, closed(0, kMaxSamples), "Use only the first N training samples (0 = all); for quick tests."),
     key<&DataConfig::limit_test>("limit_test", 0, closed(0, kMaxSamples), "Use only the first N test samples (0 = all; with data.format = \"tokens\", N validation windows); for quick tests."),
 

@@ -31,6 +31,7 @@ data::BatchLoaderOptions loader_options(const Config& config, const data::Sample
   o.shuffle = config.data.shuffle;
   o.drop_last = config.data.drop_last;
   o.prefetch = static_cast<int>(config.data.prefetch);
+  o.workers = static_cast<int>(config.data.workers);
   o.rank = rank;
   o.world = world_size;
   return o;

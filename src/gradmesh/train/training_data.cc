@@ -18,6 +18,10 @@ void check_model_fits_data(const Config& config) {
   if (!language_model && tokens)
     throw_error(ErrorKind::kConfig, "data.format",
                 "\"tokens\" feeds a language model (model.kind = \"gpt\"), not model.kind = \"" + config.model.kind + "\"");
+  if (config.data.format != "mds" && (config.data.crop_padding > 0 || config.data.flip))
+    throw_error(ErrorKind::kConfig, config.data.crop_padding > 0 ? "data.crop_padding" : "data.flip",
+                "augmentation applies to image sets read from shards (data.format = \"mds\"), not to data.format = \"" +
+                    config.data.format + "\": write the images as a set with gradmesh data prepare");
   if (tokens && config.data.tokens.empty())
     throw_error(ErrorKind::kConfig, "data.tokens",
                 "empty: name the token set directory (gradmesh data prepare-text --output DIR writes one)");
@@ -46,14 +50,15 @@ void load_tokens(const Config& config, bool with_test, TrainingData& d) {
 
 // One MDS set (data.train_set or data.test_set), checked whole first when data.verify_shards says so.
 std::unique_ptr<data::ShardedImages> open_set(const Config& config, const std::string& dir, const char* key,
-                                              int64_t limit) {
+                                              int64_t limit, const data::ImageAugment& augment = {}) {
   if (dir.empty())
     throw_error(ErrorKind::kConfig, std::string("data.") + key,
                 "empty: name the MDS set's directory (gradmesh data prepare --output DIR writes one)");
   if (!std::filesystem::exists(std::filesystem::path(dir) / "index.json"))
     throw_error(ErrorKind::kConfig, std::string("data.") + key,
                 "no MDS set in '" + dir + "' (no index.json there): make one with `gradmesh data prepare --images "
-                "FILE --labels FILE --output " + dir + "`");
+                "FILE --labels FILE --output " + dir + "` (IDX files) or `gradmesh data prepare --image-folder DIR "
+                "--output " + dir + "` (JPEG and PNG files, a subdirectory per class)");
   auto set = std::make_shared<const data::MdsReader>(dir);
   if (config.data.verify_shards)
     for (size_t s = 0; s < set->shards().size(); ++s)
@@ -64,11 +69,12 @@ std::unique_ptr<data::ShardedImages> open_set(const Config& config, const std::s
   return std::make_unique<data::ShardedImages>(std::move(set), norm,
                                                data::LabelSpace{static_cast<int32_t>(config.model.classes),
                                                                 "model.classes"},
-                                               limit);
+                                               limit, augment);
 }
 
 void load_sharded_images(const Config& config, bool with_test, TrainingData& d) {
-  auto train = open_set(config, config.data.train_set, "train_set", config.data.limit_train);
+  const data::ImageAugment augment{config.data.crop_padding, config.data.flip, config.train.seed};
+  auto train = open_set(config, config.data.train_set, "train_set", config.data.limit_train, augment);
   const Shape shape = train->sample_shape();
   d.geometry = {shape[0], shape[1], shape[2], 0};
   d.train = std::move(train);
