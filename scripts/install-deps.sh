@@ -11,6 +11,7 @@ packages=(
   libcli11-dev                            # command line
   zlib1g-dev                              # gzipped IDX files
   libturbojpeg0-dev libspng-dev           # JPEG and PNG samples (image folders, MDS jpeg/png columns)
+  libsentencepiece-dev                    # subword tokenizer (gradmesh data prepare-text --vocab sentencepiece)
   libxxhash-dev                           # stable hashes (store-key file names, shm segment names, collective fingerprints)
   libhiredis-dev redis-server             # cluster rendezvous store (tests start a real server)
   etcd-server etcd-client                 # replicated rendezvous store (tests start a real 3-member cluster; etcdctl to inspect it)
@@ -24,7 +25,7 @@ packages=(
   fortunes                                # the default text corpus (gradmesh data prepare-text)
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-numpy)  # the PyTorch anchor in bench/
+  packages+=(python3-torch python3-numpy python3-torchvision python3-pil python3.11-doc python3-xxhash)  # the PyTorch anchors in bench/, the loader anchor, a larger text corpus, shard checksums
 fi
 if [[ "${1:-}" == "--test" ]]; then
   # The dashboard's browser test (tests/cli/dashboard_browser.py): headless

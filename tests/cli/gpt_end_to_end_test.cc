@@ -66,6 +66,23 @@ TEST_F(GptEndToEnd, LearnsTheCorpusAndGeneratesFromTheRun) {
   EXPECT_NE(bad.err.find("U+2603"), std::string::npos) << bad.err;
 }
 
+TEST_F(GptEndToEnd, SentencePieceSubwordsTrainAndGenerateText) {
+  // A BPE vocabulary trained on a slice of fortunes (one file: quick), the model trained on its ids.
+  const CommandResult p = run_gradmesh(std::string("data prepare-text --vocab sentencepiece --vocab-size 400 --input ") +
+                                           kFortunes + " --output pieces --workers 2",
+                                       dir_.path());
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("vocabulary of 400 (sentencepiece, trained)"), std::string::npos) << p.out;
+  const CommandResult r = train("pieces", " --set data.tokens=pieces --set train.max_steps=20");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const CommandResult g = run_gradmesh("generate runs/pieces --prompt 'The cat' --max-tokens 12 --seed 1", dir_.path());
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("The cat", 0), 0u) << g.out;
+  EXPECT_GT(g.out.size(), 12u) << "pieces decode to text: " << g.out;
+  const CommandResult wrong = run_gradmesh("data prepare-text --vocab char --tokenizer-model x.model --output t", dir_.path());
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.err;
+}
+
 TEST_F(GptEndToEnd, TwoWorkersTrainTheSameWeightsAsOneProcess) {
   const std::string steps = " --set train.max_steps=6 --set train.eval_every_epoch=false";
   ASSERT_EQ(train("one", steps).exit_code, 0);

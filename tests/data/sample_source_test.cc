@@ -13,14 +13,14 @@
 namespace gradmesh::data {
 namespace {
 
-std::vector<uint16_t> counting_tokens(size_t n) {
-  std::vector<uint16_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>(i % 1000);
-  return t;
+TokenStream counting_tokens(size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i % 1000);
+  return TokenStream(t);
 }
 
 TEST(TokenWindows, EachWindowIsContiguousAndItsTargetsAreTheNextTokens) {
-  const std::vector<uint16_t> tokens = counting_tokens(500);
+  const TokenStream tokens = counting_tokens(500);
   const TokenWindows w(tokens, 16, 0, 7, "train.bin");
   EXPECT_EQ(w.count(), 500 / 16);
   EXPECT_EQ(w.sample_shape(), Shape{16});
@@ -40,7 +40,7 @@ TEST(TokenWindows, EachWindowIsContiguousAndItsTargetsAreTheNextTokens) {
 }
 
 TEST(TokenWindows, APureFunctionOfSeedEpochAndIndex) {
-  const std::vector<uint16_t> tokens = counting_tokens(5000);
+  const TokenStream tokens = counting_tokens(5000);
   const TokenWindows a(tokens, 8, 100, 3, "t"), b(tokens, 8, 100, 3, "t"), other_seed(tokens, 8, 100, 4, "t");
   std::vector<float> xa(8), xb(8);
   std::vector<int32_t> y(8);
@@ -62,7 +62,7 @@ TEST(TokenWindows, APureFunctionOfSeedEpochAndIndex) {
 }
 
 TEST(TokenWindows, TooFewTokensNameTheFileAndTheNeed) {
-  const std::vector<uint16_t> tokens = counting_tokens(16);
+  const TokenStream tokens = counting_tokens(16);
   try {
     TokenWindows(tokens, 16, 0, 0, "data/train.bin");
     FAIL() << "no error";
@@ -75,7 +75,7 @@ TEST(TokenWindows, TooFewTokensNameTheFileAndTheNeed) {
 }
 
 TEST(TokenBlocks, ConsecutiveBlocksCoverTheStreamOnce) {
-  const std::vector<uint16_t> tokens = counting_tokens(100);
+  const TokenStream tokens = counting_tokens(100);
   const TokenBlocks blocks(tokens, 10, "val.bin");
   EXPECT_EQ(blocks.count(), 9);  // 99 predictable positions
   std::vector<float> x(10);
@@ -89,7 +89,7 @@ TEST(TokenBlocks, ConsecutiveBlocksCoverTheStreamOnce) {
 }
 
 TEST(BatchLoader, WindowBatchesCarryOneTargetPerPositionAndSplitByRank) {
-  const std::vector<uint16_t> tokens = counting_tokens(3000);
+  const TokenStream tokens = counting_tokens(3000);
   const TokenWindows windows(tokens, 12, 40, 1, "t");
   BatchLoaderOptions one;
   one.global_batch = 8;
@@ -133,7 +133,7 @@ TEST(EncodeText, CharactersMapToTheirTokensAndUnknownOnesAreNamed) {
   vocab.kind = Vocabulary::kChar;
   vocab.chars = {' ', 'a', 'b', 0xE9};  // é
   vocab.vocab_size = 4;
-  EXPECT_EQ(encode_text(vocab, "ab \xC3\xA9", "--prompt"), (std::vector<uint16_t>{1, 2, 0, 3}));
+  EXPECT_EQ(encode_text(vocab, "ab \xC3\xA9", "--prompt"), (std::vector<uint32_t>{1, 2, 0, 3}));
   try {
     encode_text(vocab, "abc", "--prompt");
     FAIL() << "no error";
@@ -144,7 +144,7 @@ TEST(EncodeText, CharactersMapToTheirTokensAndUnknownOnesAreNamed) {
   }
   EXPECT_THROW(encode_text(vocab, "\xFF", "--prompt"), Error);
   TokenSet bytes;
-  EXPECT_EQ(encode_text(bytes, "A\xFF", "p"), (std::vector<uint16_t>{65, 255}));
+  EXPECT_EQ(encode_text(bytes, "A\xFF", "p"), (std::vector<uint32_t>{65, 255}));
 }
 
 }  // namespace

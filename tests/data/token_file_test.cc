@@ -1,6 +1,6 @@
-// Token sets for language models: tokenising text (bytes and characters),
-// the directory round trip, and every malformed input named with what was
-// expected.
+// Token sets for language models: tokenising text (bytes, characters and
+// SentencePiece subwords), the directory round trip, nanoGPT's directories,
+// and every malformed input named with what was expected.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/data/sample_source.h"
 #include "gradmesh/data/token_file.h"
 #include "support/temp_dir.h"
 
@@ -37,11 +38,12 @@ TEST(TokenSet, BytesRoundTripWithTheEndAsValidation) {
   EXPECT_EQ(t.vocab_size, 256);
   ASSERT_EQ(t.train.size(), 12u);
   ASSERT_EQ(t.val.size(), 3u);
-  EXPECT_EQ(detokenize(t, t.train), "hello world!");
+  EXPECT_EQ(detokenize(t, t.train.to_vector()), "hello world!");
   write_token_set(t, dir.file("tokens"));
   const TokenSet back = read_token_set(dir.file("tokens"));
-  EXPECT_EQ(back.train, t.train);
-  EXPECT_EQ(back.val, t.val);
+  EXPECT_EQ(back.train.to_vector(), t.train.to_vector());
+  EXPECT_EQ(back.val.to_vector(), t.val.to_vector());
+  EXPECT_EQ(back.train.width(), 2) << "a vocabulary of 256 is stored as uint16";
   EXPECT_EQ(back.kind, Vocabulary::kByte);
 }
 
@@ -56,10 +58,10 @@ TEST(TokenSet, CharactersAreNumberedInCodePointOrder) {
   o.val_fraction = 0;
   const TokenSet t = tokenize_text(o);
   EXPECT_EQ(t.chars, (std::vector<uint32_t>{'a', 'b', 0xE9}));
-  EXPECT_EQ(t.train, (std::vector<uint16_t>{1, 2, 0}));
+  EXPECT_EQ(t.train.to_vector(), (std::vector<uint32_t>{1, 2, 0}));
   write_token_set(t, dir.file("tokens"));
   const TokenSet back = read_token_set(dir.file("tokens"));
-  EXPECT_EQ(detokenize(back, back.train), "b\xc3\xa9" "a");
+  EXPECT_EQ(detokenize(back, back.train.to_vector()), "b\xc3\xa9" "a");
 }
 
 TEST(TokenSet, BadInputsAreNamed) {
@@ -111,7 +113,7 @@ TEST_F(MalformedTokenSet, VocabJsonFieldByField) {
       {"{\"format\":\"x\",\"version\":1}", "\"format\" must be \"gradmesh-tokens\""},
       {"{\"format\":\"gradmesh-tokens\",\"version\":2}", "unsupported \"version\""},
       {"{\"format\":\"gradmesh-tokens\",\"version\":\"1\"}", "key \"version\" must be an integer"},
-      {"{\"format\":\"gradmesh-tokens\",\"version\":1,\"kind\":\"word\"}", "\"kind\" must be \"byte\" or \"char\""},
+      {"{\"format\":\"gradmesh-tokens\",\"version\":1,\"kind\":\"word\"}", "\"kind\" must be \"byte\", \"char\" or \"sentencepiece\""},
       {"{\"format\":\"gradmesh-tokens\",\"version\":1,\"kind\":\"byte\",\"vocab_size\":100,\"train_tokens\":9,"
        "\"val_tokens\":1}",
        "\"vocab_size\" must be 256"},
@@ -131,10 +133,71 @@ TEST_F(MalformedTokenSet, VocabJsonFieldByField) {
   }
 }
 
-TEST_F(MalformedTokenSet, TokenOutsideTheVocabularyIsNamed) {
+TEST_F(MalformedTokenSet, TokenOutsideTheVocabularyIsNamedWhenItsWindowIsRead) {
   write(vocab(), "{\"format\":\"gradmesh-tokens\",\"version\":1,\"kind\":\"char\",\"vocab_size\":2,"
                  "\"train_tokens\":9,\"val_tokens\":1,\"chars\":[97,98]}");
-  EXPECT_NE(failure().find("train.bin: token 0 is 97, outside the vocabulary [0, 2)"), std::string::npos);
+  // The set maps its files: a bad token costs nothing until a window holding it is read.
+  const TokenSet t = read_token_set(dir_.path());
+  const TokenBlocks blocks(t.train, 4, dir_.file("train.bin"), 0, t.vocab_size);
+  std::vector<float> x(4);
+  std::vector<int32_t> y(4);
+  ErrorKind kind{};
+  EXPECT_NE(error_of([&] { blocks.fill(0, 0, x.data(), y.data()); }, &kind)
+                .find("train.bin: token 0 is 97, outside the vocabulary [0, 2)"),
+            std::string::npos);
+  EXPECT_EQ(kind, ErrorKind::kFormat);
+}
+
+TEST(TokenSet, SentencePieceTrainsEncodesAndDecodesTheTextBack) {
+  gradmesh::testing::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog\tand  again.\n";
+  write(dir.file("corpus.txt"), text);
+  PrepareTextOptions o;
+  o.inputs = {dir.file("corpus.txt")};
+  o.kind = Vocabulary::kSentencePiece;
+  o.vocab_size = 600;
+  o.threads = 2;
+  const TokenSet t = tokenize_text(o);
+  EXPECT_EQ(t.vocab_size, 600);
+  EXPECT_LT(t.train.size() + t.val.size(), static_cast<int64_t>(text.size()) / 3) << "subwords, not bytes";
+  std::vector<uint32_t> all = t.train.to_vector();
+  for (const uint32_t v : t.val.to_vector()) all.push_back(v);
+  EXPECT_TRUE(detokenize(t, all) == text) << "tabs, newlines and double spaces survive (byte fallback, no normalisation)";
+  write_token_set(t, dir.file("tokens"));
+  const TokenSet back = read_token_set(dir.file("tokens"));
+  EXPECT_EQ(back.kind, Vocabulary::kSentencePiece);
+  EXPECT_EQ(back.train.to_vector(), t.train.to_vector());
+  EXPECT_EQ(encode_text(back, "the lazy dog", "p"), encode_text(t, "the lazy dog", "p"));
+  // The same corpus and seed train the same tokenizer; a given model file is used as it is.
+  EXPECT_EQ(tokenize_text(o).train.to_vector(), t.train.to_vector());
+  PrepareTextOptions loaded = o;
+  loaded.tokenizer_model = dir.file("tokens/tokenizer.model");
+  EXPECT_EQ(tokenize_text(loaded).train.to_vector(), t.train.to_vector());
+  write(dir.file("bad.model"), "not a model");
+  loaded.tokenizer_model = dir.file("bad.model");
+  EXPECT_NE(error_of([&] { tokenize_text(loaded); }).find("bad.model: not a SentencePiece model"), std::string::npos);
+}
+
+TEST(TokenSet, NanoGptDirectoriesAreReadAsTheyAreWithTheModelsVocabularySize) {
+  gradmesh::testing::TempDir dir;
+  std::string train, val;
+  for (uint32_t i = 0; i < 1000; ++i) train += {static_cast<char>((i * 7) & 0xFF), static_cast<char>((i * 7) >> 8)};
+  for (uint32_t i = 0; i < 100; ++i) val += {static_cast<char>(i), 0};
+  write(dir.file("train.bin"), train);
+  write(dir.file("val.bin"), val);
+  ErrorKind kind{};
+  EXPECT_NE(error_of([&] { read_token_set(dir.path()); }, &kind).find("set model.vocab_size"), std::string::npos);
+  EXPECT_EQ(kind, ErrorKind::kConfig);
+  const TokenSet t = read_token_set(dir.path(), 50304);
+  EXPECT_EQ(t.kind, Vocabulary::kIds);
+  EXPECT_EQ(t.train.size(), 1000);
+  EXPECT_EQ(t.train[999], 999u * 7);
+  EXPECT_EQ(t.val.size(), 100);
+  write(dir.file("val.bin"), val + "x");
+  EXPECT_NE(error_of([&] { read_token_set(dir.path(), 50304); }).find("val.bin: holds an odd number of bytes"),
+            std::string::npos);
 }
 
 TEST_F(MalformedTokenSet, MissingFilesAreIoErrors) {

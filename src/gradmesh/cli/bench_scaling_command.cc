@@ -288,15 +288,22 @@ int run_bench_scaling(const BenchScalingArgs& args) {
   const std::vector<double> buckets = gradient_buckets(config);
 
   char pattern[] = "/tmp/gradmesh-scaling-XXXXXX";
-  if (::mkdtemp(pattern) == nullptr) throw_error(ErrorKind::kIo, "/tmp", "cannot create the probes' directory");
-  const fs::path dir(pattern);
+  if (args.keep_dir.empty() && ::mkdtemp(pattern) == nullptr)
+    throw_error(ErrorKind::kIo, "/tmp", "cannot create the probes' directory");
+  const fs::path dir = args.keep_dir.empty() ? fs::path(pattern) : fs::absolute(args.keep_dir);
+  if (!args.keep_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw_error(ErrorKind::kIo, args.keep_dir, "cannot create the probes' directory: " + ec.message());
+  }
   struct Cleanup {
     fs::path dir;
+    bool keep;
     ~Cleanup() {
       std::error_code ignored;
-      fs::remove_all(dir, ignored);
+      if (!keep) fs::remove_all(dir, ignored);
     }
-  } cleanup{dir};
+  } cleanup{dir, !args.keep_dir.empty()};
   const std::string self = self_executable();
   // Ctrl-C or SIGTERM stops the probes, and the cleanup below still runs.
   struct sigaction action {};

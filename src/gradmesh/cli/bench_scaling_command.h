@@ -24,6 +24,10 @@ struct BenchScalingArgs {
   // one worker per host over gloo, every link limited to `link_rate`.
   std::string hosts;
   std::string link_rate = "1gbit";
+  // Non-empty: the probes run in this directory, which is kept (each
+  // probe's run directory with its metrics.jsonl, and the logs); else in a
+  // temporary one, removed at the end.
+  std::string keep_dir;
 };
 
 int run_bench_scaling(const BenchScalingArgs& args);

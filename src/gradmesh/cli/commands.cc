@@ -7,6 +7,7 @@
 
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/cli/data_command.h"
+#include "gradmesh/data/shard_files.h"
 #include "gradmesh/cli/self_executable.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
@@ -162,7 +163,8 @@ namespace {
 }  // namespace
 
 int run_inspect(const std::string& path) {
-  if (std::filesystem::exists(std::filesystem::path(path) / "index.json")) return inspect_set(path);
+  if (data::is_http_location(path) || std::filesystem::exists(std::filesystem::path(path) / "index.json"))
+    return inspect_set(path);
   if (!std::filesystem::is_directory(path)) {
     std::fputs(checkpoint::describe_safetensors(checkpoint::read_safetensors(path)).c_str(), stdout);
     return 0;
@@ -233,20 +235,6 @@ int run_env_docs() {
 
 int run_config_docs() {
   std::fputs(train::config_markdown().c_str(), stdout);
-  return 0;
-}
-
-int run_prepare_text(std::vector<std::string> inputs, const std::string& output, const std::string& vocab,
-                     double val_fraction) {
-  if (inputs.empty()) inputs.push_back("/usr/share/games/fortunes");  // Debian's fortunes package
-  data::PrepareTextOptions o;
-  o.inputs = std::move(inputs);
-  o.kind = vocab == "char" ? data::Vocabulary::kChar : data::Vocabulary::kByte;
-  o.val_fraction = val_fraction;
-  const data::TokenSet tokens = data::tokenize_text(o);
-  data::write_token_set(tokens, output);
-  std::printf("%s: %zu training and %zu validation tokens, vocabulary of %d (%s)\n", output.c_str(),
-              tokens.train.size(), tokens.val.size(), tokens.vocab_size, vocab.c_str());
   return 0;
 }
 

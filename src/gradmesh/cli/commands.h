@@ -28,9 +28,4 @@ int run_bench_comm(const std::string& backend, const std::string& op, int64_t mi
                    bool json);
 int run_config_docs();
 
-// `gradmesh data prepare-text`: tokenises the inputs (default
-// /usr/share/games/fortunes) into `output` and prints what it wrote.
-int run_prepare_text(std::vector<std::string> inputs, const std::string& output, const std::string& vocab,
-                     double val_fraction);
-
 }  // namespace gradmesh::cli

@@ -20,6 +20,7 @@
 #include "gradmesh/data/prepare_image_folder.h"
 #include "gradmesh/data/prepare_images.h"
 #include "gradmesh/data/sharded_images.h"
+#include "gradmesh/data/token_file.h"
 
 namespace gradmesh::cli {
 namespace {
@@ -116,6 +117,30 @@ int run_prepare(const PrepareArgs& a) {
   std::printf("%s: %lld samples in %zu shard(s), %lld bytes (MDS; `gradmesh inspect %s` verifies them)\n",
               a.output.c_str(), static_cast<long long>(r.samples), r.shards, static_cast<long long>(r.bytes),
               a.output.c_str());
+  return 0;
+}
+
+int run_prepare_text(const PrepareTextArgs& a) {
+  data::PrepareTextOptions o;
+  o.inputs = a.inputs;
+  if (o.inputs.empty()) o.inputs.push_back("/usr/share/games/fortunes");  // Debian's fortunes package
+  o.kind = a.vocab == "char" ? data::Vocabulary::kChar
+           : a.vocab == "sentencepiece" ? data::Vocabulary::kSentencePiece : data::Vocabulary::kByte;
+  o.val_fraction = a.val_fraction;
+  o.vocab_size = a.vocab_size;
+  o.tokenizer_model = a.tokenizer_model;
+  o.threads = a.workers > 0 ? a.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.seed = a.seed;
+  if (!a.tokenizer_model.empty() && o.kind != data::Vocabulary::kSentencePiece)
+    throw_error(ErrorKind::kUsage, "--tokenizer-model", "goes with --vocab sentencepiece");
+  const Clock::time_point start = Clock::now();
+  const data::TokenSet tokens = data::tokenize_text(o);
+  data::write_token_set(tokens, a.output);
+  std::printf("%s: %lld training and %lld validation tokens, vocabulary of %d (%s%s), %.1f s\n", a.output.c_str(),
+              static_cast<long long>(tokens.train.size()), static_cast<long long>(tokens.val.size()), tokens.vocab_size,
+              a.vocab.c_str(),
+              o.kind == data::Vocabulary::kSentencePiece ? (a.tokenizer_model.empty() ? ", trained" : ", loaded") : "",
+              seconds_since(start));
   return 0;
 }
 

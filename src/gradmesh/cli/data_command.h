@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gradmesh::cli {
 
@@ -18,6 +19,19 @@ struct PrepareArgs {
   uint64_t seed = 0;
 };
 int run_prepare(const PrepareArgs& args);
+
+// `gradmesh data prepare-text`: tokenises the inputs (default Debian's
+// fortunes) into a token set and prints what it wrote.
+struct PrepareTextArgs {
+  std::vector<std::string> inputs;
+  std::string output, vocab = "byte";
+  double val_fraction = 0.1;
+  int vocab_size = 8000;          // sentencepiece, trained
+  std::string tokenizer_model;    // sentencepiece, loaded
+  int workers = 0;                // 0 = every core
+  uint64_t seed = 0;
+};
+int run_prepare_text(const PrepareTextArgs& args);
 
 struct DataBenchArgs {
   std::string set;

@@ -22,7 +22,7 @@ int run_generate(const GenerateArgs& args) {
   const train::Config config = train::load_config(config_path);
   if (config.model.kind != "gpt")
     throw_error(ErrorKind::kConfig, config_path, "model.kind is \"" + config.model.kind + "\"; generate needs a gpt");
-  const data::TokenSet vocab = data::read_token_set(config.data.tokens);
+  const data::TokenSet vocab = data::read_token_set(config.data.tokens, static_cast<int>(config.model.vocab_size));
   train::InputGeometry geometry;
   geometry.vocab_size = vocab.vocab_size;
   const nn::GptSpec spec = train::gpt_spec(config.model, geometry);
@@ -30,7 +30,7 @@ int run_generate(const GenerateArgs& args) {
   load_weights_at(args.checkpoint, model);
 
   std::vector<int64_t> prompt;
-  for (uint16_t t : data::encode_text(vocab, args.prompt, "--prompt")) prompt.push_back(t);
+  for (const uint32_t t : data::encode_text(vocab, args.prompt, "--prompt")) prompt.push_back(t);
   nn::GenerateOptions options;
   options.max_tokens = args.max_tokens;
   options.temperature = args.temperature;
@@ -38,10 +38,23 @@ int run_generate(const GenerateArgs& args) {
   options.seed = args.seed;
   std::fputs(args.prompt.c_str(), stdout);
   auto& gpt = static_cast<nn::Gpt&>(model.root());
-  // Byte vocabularies can split a character across tokens: print bytes as they come.
+  // Byte vocabularies can split a character across tokens: print bytes as
+  // they come. Subword pieces decode in context (a piece's leading space
+  // depends on what precedes it): the text so far is decoded and what it
+  // gained is printed.
   const double start = now_seconds();
+  std::vector<uint32_t> so_far;
+  std::string printed;
   const std::vector<int64_t> tokens = nn::generate(gpt, prompt, options, [&](int64_t token) {
-    std::fputs(data::detokenize(vocab, {static_cast<uint16_t>(token)}).c_str(), stdout);
+    if (vocab.kind != data::Vocabulary::kSentencePiece) {
+      std::fputs(data::detokenize(vocab, {static_cast<uint32_t>(token)}).c_str(), stdout);
+    } else {
+      so_far.push_back(static_cast<uint32_t>(token));
+      const std::string text = data::detokenize(vocab, so_far);
+      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0)
+        std::fputs(text.c_str() + printed.size(), stdout);
+      printed = text;
+    }
     std::fflush(stdout);
   });
   const double seconds = now_seconds() - start;

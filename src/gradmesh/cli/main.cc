@@ -169,6 +169,9 @@ void add_bench_scaling(CLI::App& bench, Commands& commands) {
                             "netns:K: probe on K emulated hosts (network namespaces, as root), one worker each");
   bench_scaling->add_option("--link-rate", a->link_rate, "Each emulated host's link (tc tbf rate)")
       ->capture_default_str();
+  bench_scaling->add_option("--keep", a->keep_dir,
+                            "Run the probes in DIR and keep it (their run directories, metrics.jsonl, logs)")
+      ->type_name("DIR");
 
   commands.push_back({bench_scaling, [a] { return gradmesh::cli::run_bench_scaling(*a); }});
 }
@@ -233,26 +236,28 @@ void add_data_prepare(CLI::App& data, Commands& commands) {
 }
 
 void add_data(CLI::App& app, Commands& commands) {
-  struct Args {
-    std::vector<std::string> inputs;
-    std::string output, vocab = "byte";
-    double val_fraction = 0.1;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<gradmesh::cli::PrepareTextArgs>();
   CLI::App* data = app.add_subcommand("data", "Prepare datasets");
   data->require_subcommand(1);
   CLI::App* prepare_text = data->add_subcommand("prepare-text", "Tokenise text files for language models");
   prepare_text->add_option("--input", a->inputs, "Text files or directories (default: Debian's fortunes)")
       ->type_name("PATH");
   prepare_text->add_option("--output", a->output, "Directory for vocab.json, train.bin and val.bin")->required();
-  prepare_text->add_option("--vocab", a->vocab, "byte (256 tokens) or char (the corpus' characters)")
-      ->capture_default_str()->check(CLI::IsMember({"byte", "char"}));
+  prepare_text->add_option("--vocab", a->vocab,
+                           "byte (256 tokens), char (the corpus' characters) or sentencepiece (BPE subwords)")
+      ->capture_default_str()->check(CLI::IsMember({"byte", "char", "sentencepiece"}));
+  prepare_text->add_option("--vocab-size", a->vocab_size, "sentencepiece: pieces of the tokenizer trained on the input")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  prepare_text->add_option("--tokenizer-model", a->tokenizer_model,
+                           "sentencepiece: use this SentencePiece .model file instead of training one")
+      ->type_name("FILE");
+  prepare_text->add_option("--workers", a->workers, "sentencepiece: threads training and encoding (default: every core)")
+      ->check(CLI::Range(1, 1024));
+  prepare_text->add_option("--seed", a->seed, "sentencepiece: the sample of sentences the tokenizer trains on")
+      ->capture_default_str();
   prepare_text->add_option("--val-fraction", a->val_fraction, "Share of the tokens kept for validation (the end)")
       ->capture_default_str()->check(CLI::Range(0.0, 0.5));
-
-  commands.push_back({prepare_text, [a] {
-                        return gradmesh::cli::run_prepare_text(a->inputs, a->output, a->vocab, a->val_fraction);
-                      }});
+  commands.push_back({prepare_text, [a] { return gradmesh::cli::run_prepare_text(*a); }});
   add_data_prepare(*data, commands);
 }
 

@@ -61,7 +61,7 @@ ModelSetup model_setup(const std::string& path, const std::string& config_overri
   m.config = train::load_config(config_override.empty() ? find_run_config(path) : config_override);
   m.shape.kind = m.config.model.kind;
   if (m.config.data.format == "tokens") {
-    m.vocab = std::make_shared<const data::TokenSet>(data::read_token_set(m.config.data.tokens));
+    m.vocab = std::make_shared<const data::TokenSet>(data::read_token_set(m.config.data.tokens, static_cast<int>(m.config.model.vocab_size)));
     m.geometry.vocab_size = m.vocab->vocab_size;
   } else {
     m.geometry = train::load_training_data(m.config, /*with_test=*/false)->geometry;
@@ -82,11 +82,11 @@ void set_codec(serve::ServedModel& served, const std::shared_ptr<const data::Tok
   serve::TextCodec codec;
   codec.encode = [vocab](const std::string& text) {
     std::vector<int64_t> ids;
-    for (uint16_t t : data::encode_text(*vocab, text, "text_input")) ids.push_back(t);
+    for (const uint32_t t : data::encode_text(*vocab, text, "text_input")) ids.push_back(t);
     return ids;
   };
   codec.decode = [vocab](const std::vector<int64_t>& ids) {
-    std::vector<uint16_t> tokens(ids.begin(), ids.end());
+    std::vector<uint32_t> tokens(ids.begin(), ids.end());
     return data::detokenize(*vocab, tokens);
   };
   served.set_codec(std::move(codec));

@@ -4,7 +4,9 @@
 // `streaming.StreamingDataset(local=DIR)` reads too, and the other way round
 // for the encodings below (docs/data.md says why MDS).
 //
-// A set is a directory: index.json lists the shards, each shard file is
+// A set is a directory, or the same files under an http:// or https:// base
+// URL (read with range requests through a bounded cache, MdsReadOptions):
+// index.json lists the shards, each shard file is
 //
 //   uint32 n                        samples in the shard (little endian)
 //   uint32 offsets[n + 1]           byte offset of each sample in the file; offsets[n] = file size
@@ -25,7 +27,7 @@
 // shards (zip_data) are refused with a message saying so.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -93,6 +95,8 @@ class MdsWriter {
   bool finished_ = false;
 };
 
+class ShardFiles;  // data/shard_files.h
+
 struct MdsShardInfo {
   std::string file;        // relative to the set's directory
   int64_t samples = 0;
@@ -100,17 +104,41 @@ struct MdsShardInfo {
   std::string xxh64;       // hex; empty when index.json has none
 };
 
+// How a set at a URL is read; a local directory ignores these.
+struct MdsReadOptions {
+  // Reads are served from blocks of `cache_block_bytes` (aligned ranges of a
+  // shard), kept least recently used first out while they fit in
+  // `cache_bytes`; a read inside a cached block costs no request. Below one
+  // block, nothing is cached: every read is one request for its exact bytes.
+  int64_t cache_bytes = int64_t{256} << 20;
+  int64_t cache_block_bytes = int64_t{1} << 20;
+  // Each of connecting, sending and waiting for the reply.
+  std::chrono::milliseconds timeout{30000};
+  // Further tries after a failed connection, a cut or timed-out transfer or a
+  // 5xx reply, waiting retry_backoff, then twice that, ... in between. Other
+  // replies (404, 200 instead of 206, a wrong range) are not tried again.
+  int retries = 3;
+  std::chrono::milliseconds retry_backoff{250};
+};
+
 // A set opened for reading. Thread-safe: sample() may be called from the
-// loader's threads at once (pread on descriptors opened once).
+// loader's threads at once (pread on descriptors opened once; over HTTP, a
+// pool of connections and a shared block cache).
 class MdsReader {
  public:
+  // `location` is the set's directory or its base URL
+  // (http://host:port/path/to/set, where GET path/to/set/index.json answers).
   // Reads and checks index.json (Error(kFormat) naming it and the field) and
-  // that every shard exists with its recorded size (Error(kFormat) naming the shard).
-  explicit MdsReader(const std::string& dir);
+  // that every shard exists with its recorded size (Error(kFormat) naming the
+  // shard's path or URL). Over HTTP this reads the first 4 bytes of every
+  // shard (one small request each, a few at a time); an unreachable server,
+  // an HTTP error or a server that ignores Range is Error(kIo) naming the URL.
+  explicit MdsReader(const std::string& location, const MdsReadOptions& options = MdsReadOptions());
   ~MdsReader();
   MdsReader(const MdsReader&) = delete;
   MdsReader& operator=(const MdsReader&) = delete;
 
+  // The directory or base URL the set was opened from.
   const std::string& dir() const { return dir_; }
   const std::vector<MdsColumn>& columns() const { return columns_; }
   const std::vector<MdsShardInfo>& shards() const { return shards_; }
@@ -127,22 +155,23 @@ class MdsReader {
   // The same into `buffer`, reused from call to call (no allocation once it
   // is large enough), with `columns` viewing the columns' bytes in it.
   void read(int64_t index, std::string& buffer, std::vector<std::string_view>& columns) const;
-  // Bytes read from shard files so far (for metering).
-  int64_t bytes_read() const { return bytes_read_.load(); }
-  // Reads shard `s` whole and compares its xxh64 with index.json: "" when it
-  // matches, else what is wrong (the checksum found and the one recorded).
+  // Bytes read from shard files so far (for metering): from disk, or
+  // received over the network; reads served by the cache count nothing.
+  int64_t bytes_read() const;
+  // Reads shard `s` whole (over HTTP in range requests that bypass the
+  // cache) and compares its xxh64 with index.json: "" when it matches, else
+  // what is wrong (the checksum found and the one recorded).
   std::string verify_shard(size_t s) const;
 
  private:
-  void pread_exact(size_t shard, int64_t offset, void* out, int64_t bytes, int64_t index) const;
+  void read_exact(size_t shard, int64_t offset, void* out, int64_t bytes, int64_t index) const;
 
   std::string dir_;
   std::vector<MdsColumn> columns_;
   std::vector<MdsShardInfo> shards_;
   std::vector<int64_t> starts_;  // first global index of each shard, then the total
-  std::vector<int> fds_;
+  std::unique_ptr<ShardFiles> files_;
   int64_t total_ = 0;
-  mutable std::atomic<int64_t> bytes_read_{0};
 };
 
 }  // namespace gradmesh::data

@@ -1,31 +1,24 @@
 // MdsReader (mds.h): index.json checked field by field, then every sample
-// read with two preads (its offsets, then its bytes), each checked against
+// read with two reads (its offsets, then its bytes) through ShardFiles
+// (shard_files.h: a directory or a URL), each checked against
 // the shard's size before anything is allocated, so a corrupt or hostile
 // shard is an error naming the shard and the sample, never a crash or a
 // huge allocation.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "gradmesh/core/error.h"
-#include "gradmesh/core/resource_usage.h"
 #include "gradmesh/data/mds.h"
+#include "gradmesh/data/shard_files.h"
 
 namespace gradmesh::data {
 
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int64_t kMaxIndexBytes = int64_t{256} << 20;
@@ -78,15 +71,15 @@ std::vector<MdsColumn> columns_of(const json& entry, const std::string& where) {
   return columns;
 }
 
-json read_index(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_error(ErrorKind::kIo, path, "cannot open (an MDS set's directory holds index.json)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (static_cast<int64_t>(text.str().size()) > kMaxIndexBytes)
-    throw_error(ErrorKind::kFormat, path, "larger than 256 MiB: not an index");
+json read_index(const ShardFiles& files) {
+  const std::string path = files.where("index.json");
+  const std::optional<std::string> text = files.read_whole("index.json", kMaxIndexBytes);
+  if (!text)
+    throw_error(ErrorKind::kIo, path, is_http_location(path)
+                                          ? "not found (HTTP 404; the base URL of an MDS set serves index.json under it)"
+                                          : "cannot open (an MDS set's directory holds index.json)");
   try {
-    return json::parse(text.str());
+    return json::parse(*text);
   } catch (const json::exception& e) {
     throw_error(ErrorKind::kFormat, path, std::string("not JSON: ") + e.what());
   }
@@ -94,9 +87,10 @@ json read_index(const std::string& path) {
 
 }  // namespace
 
-MdsReader::MdsReader(const std::string& dir) : dir_(dir) {
-  const std::string index_path = (fs::path(dir) / "index.json").string();
-  const json index = read_index(index_path);
+MdsReader::MdsReader(const std::string& location, const MdsReadOptions& options)
+    : dir_(location), files_(open_shard_files(location, options)) {
+  const std::string index_path = files_->where("index.json");
+  const json index = read_index(*files_);
   if (!index.is_object() || index.value("version", json()) != json(2))
     throw_error(ErrorKind::kFormat, index_path, "not a version 2 MDS index (\"version\": 2)");
   const json& shards = field(index, "shards", index_path);
@@ -127,37 +121,26 @@ MdsReader::MdsReader(const std::string& dir) : dir_(dir) {
   starts_.push_back(0);
   for (const MdsShardInfo& s : shards_) starts_.push_back(starts_.back() + s.samples);
   total_ = starts_.back();
-  // The descriptors opened so far close again when a later shard is refused.
-  struct CloseOnThrow {
-    std::vector<int>& fds;
-    bool armed = true;
-    ~CloseOnThrow() {
-      if (!armed) return;
-      for (int fd : fds) ::close(fd);
-      fds.clear();
-    }
-  } guard{fds_};
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (const MdsShardInfo& s : shards_) {
+    names.push_back(s.file);
+    sizes.push_back(s.bytes);
+  }
+  const std::vector<std::string> heads = files_->open(names, sizes, 4);
   for (size_t s = 0; s < shards_.size(); ++s) {
-    const std::string path = (fs::path(dir_) / shards_[s].file).string();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_error(ErrorKind::kIo, path, std::string("cannot open the shard: ") + std::strerror(errno));
-    fds_.push_back(fd);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size != shards_[s].bytes)
-      throw_error(ErrorKind::kFormat, path, "is " + std::to_string(st.st_size) + " bytes; index.json says " +
-                                                std::to_string(shards_[s].bytes) + " (truncated or replaced?)");
-    unsigned char head[4];
-    pread_exact(s, 0, head, 4, -1);
-    if (read_u32(head) != shards_[s].samples)
-      throw_error(ErrorKind::kFormat, path, "holds " + std::to_string(read_u32(head)) + " samples; index.json says " +
+    const std::string path = files_->where(shards_[s].file);
+    if (heads[s].size() < 4) throw_error(ErrorKind::kFormat, path, "shorter than its 4-byte sample count");
+    const uint32_t n = read_u32(reinterpret_cast<const unsigned char*>(heads[s].data()));
+    if (n != shards_[s].samples)
+      throw_error(ErrorKind::kFormat, path, "holds " + std::to_string(n) + " samples; index.json says " +
                                                 std::to_string(shards_[s].samples));
   }
-  guard.armed = false;
 }
 
-MdsReader::~MdsReader() {
-  for (int fd : fds_) ::close(fd);
-}
+MdsReader::~MdsReader() = default;
+
+int64_t MdsReader::bytes_read() const { return files_->bytes_fetched(); }
 
 size_t MdsReader::column(const std::string& name) const {
   std::string have;
@@ -173,20 +156,13 @@ size_t MdsReader::shard_of(int64_t index) const {
   return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
 }
 
-void MdsReader::pread_exact(size_t shard, int64_t offset, void* out, int64_t bytes, int64_t index) const {
-  auto* p = static_cast<char*>(out);
-  int64_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = ::pread(fds_[shard], p + done, static_cast<size_t>(bytes - done), offset + done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      throw_error(ErrorKind::kIo, (fs::path(dir_) / shards_[shard].file).string() +
-                                      (index >= 0 ? ": sample " + std::to_string(index) : std::string()),
-                  got < 0 ? std::string("read failed: ") + std::strerror(errno) : "ends early");
-    done += got;
+void MdsReader::read_exact(size_t shard, int64_t offset, void* out, int64_t bytes, int64_t index) const {
+  try {
+    files_->read(shard, offset, out, bytes);
+  } catch (const Error& e) {
+    if (index < 0) throw;
+    throw Error(e.kind(), std::string(e.what()) + " (reading sample " + std::to_string(index) + ")");
   }
-  bytes_read_ += bytes;
-  count_io(IoCounter::kDatasetRead, static_cast<uint64_t>(bytes));
 }
 
 void MdsReader::read(int64_t index, std::string& data, std::vector<std::string_view>& values) const {
@@ -194,11 +170,11 @@ void MdsReader::read(int64_t index, std::string& data, std::vector<std::string_v
   const int64_t local = index - starts_[s];
   const MdsShardInfo& shard = shards_[s];
   auto where = [&] {
-    return (fs::path(dir_) / shard.file).string() + ": sample " + std::to_string(index) + " (" +
+    return files_->where(shard.file) + ": sample " + std::to_string(index) + " (" +
            std::to_string(local) + " of the shard)";
   };
   unsigned char pair[8];
-  pread_exact(s, 4 * (1 + local), pair, 8, index);
+  read_exact(s, 4 * (1 + local), pair, 8, index);
   const int64_t begin = read_u32(pair), end = read_u32(pair + 4);
   const int64_t header_end = 4 * (shard.samples + 2);
   if (begin < header_end || end < begin || end > shard.bytes || end - begin > kMdsMaxSampleBytes)
@@ -206,7 +182,7 @@ void MdsReader::read(int64_t index, std::string& data, std::vector<std::string_v
                                                  std::to_string(end) + " in a shard of " + std::to_string(shard.bytes) +
                                                  " bytes");
   data.resize(static_cast<size_t>(end - begin));
-  pread_exact(s, begin, data.data(), end - begin, index);
+  read_exact(s, begin, data.data(), end - begin, index);
   // The variable columns' sizes come first, then every column's bytes.
   size_t at = 0;
   values.clear();
@@ -247,11 +223,11 @@ std::string MdsReader::verify_shard(size_t s) const {
   if (shard.xxh64.empty()) return "index.json records no xxh64 checksum for it";
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
-  std::vector<char> buffer(1 << 20);
+  std::vector<char> buffer(4 << 20);  // over HTTP, one request per 4 MiB
   for (int64_t offset = 0; offset < shard.bytes;) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(buffer.size()), shard.bytes - offset);
     try {
-      pread_exact(s, offset, buffer.data(), n, -1);
+      files_->read_once(s, offset, buffer.data(), n);
     } catch (...) {
       XXH64_freeState(state);
       throw;

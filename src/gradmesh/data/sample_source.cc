@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/resource_usage.h"
 #include "gradmesh/core/rng.h"
 
 namespace gradmesh::data {
@@ -24,40 +25,49 @@ void ImageSamples::fill(int64_t, int64_t index, float* input, int32_t* targets) 
   targets[0] = data_.labels[static_cast<size_t>(index)];
 }
 
-TokenSource::TokenSource(const std::vector<uint16_t>& tokens, int64_t block_size, const std::string& what)
-    : tokens_(tokens), block_(block_size) {
-  if (block_size < 1 || static_cast<int64_t>(tokens.size()) < block_size + 1)
+TokenSource::TokenSource(TokenStream tokens, int64_t block_size, const std::string& what, int vocab_size)
+    : tokens_(std::move(tokens)), block_(block_size), what_(what), vocab_size_(vocab_size) {
+  if (block_size < 1 || tokens_.size() < block_size + 1)
     throw_error(ErrorKind::kConfig, what,
-                "holds " + std::to_string(tokens.size()) + " tokens; a window of model.block_size = " +
+                "holds " + std::to_string(tokens_.size()) + " tokens; a window of model.block_size = " +
                     std::to_string(block_size) + " needs at least " + std::to_string(block_size + 1) +
                     " (its inputs and the token after them); use more text or a smaller block_size");
 }
 
 void TokenSource::copy_window(int64_t start, float* input, int32_t* targets) const {
-  const uint16_t* t = tokens_.data() + start;
+  uint32_t next = tokens_[start];
   for (int64_t j = 0; j < block_; ++j) {
-    input[j] = static_cast<float>(t[j]);
-    targets[j] = t[j + 1];
+    const uint32_t token = next;
+    next = tokens_[start + j + 1];
+    if (vocab_size_ > 0 && (token >= static_cast<uint32_t>(vocab_size_) || next >= static_cast<uint32_t>(vocab_size_))) {
+      const int64_t at = start + j + (token >= static_cast<uint32_t>(vocab_size_) ? 0 : 1);
+      throw_error(ErrorKind::kFormat, what_,
+                  "token " + std::to_string(at) + " is " + std::to_string(tokens_[at]) + ", outside the vocabulary [0, " +
+                      std::to_string(vocab_size_) + ")");
+    }
+    input[j] = static_cast<float>(token);
+    targets[j] = static_cast<int32_t>(next);
   }
+  count_io(IoCounter::kDatasetRead, static_cast<uint64_t>((block_ + 1) * tokens_.width()));
 }
 
-TokenWindows::TokenWindows(const std::vector<uint16_t>& tokens, int64_t block_size, int64_t windows, uint64_t seed,
-                           const std::string& what)
-    : TokenSource(tokens, block_size, what), windows_(windows), seed_(seed) {
-  if (windows_ <= 0) windows_ = std::max<int64_t>(1, static_cast<int64_t>(tokens.size()) / block_size);
+TokenWindows::TokenWindows(TokenStream tokens, int64_t block_size, int64_t windows, uint64_t seed,
+                           const std::string& what, int vocab_size)
+    : TokenSource(std::move(tokens), block_size, what, vocab_size), windows_(windows), seed_(seed) {
+  if (windows_ <= 0) windows_ = std::max<int64_t>(1, tokens_.size() / block_size);
 }
 
 void TokenWindows::fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const {
   // Starts in [0, n - block]: the window and the token after it fit.
-  const auto starts = static_cast<uint64_t>(static_cast<int64_t>(tokens_.size()) - block_);
+  const auto starts = static_cast<uint64_t>(tokens_.size() - block_);
   const CounterRng rng(seed_, RngPurpose::kWindow, static_cast<uint64_t>(epoch));
   copy_window(static_cast<int64_t>(rng.below(static_cast<uint64_t>(index), starts)), input, targets);
 }
 
-TokenBlocks::TokenBlocks(const std::vector<uint16_t>& tokens, int64_t block_size, const std::string& what,
-                         int64_t limit)
-    : TokenSource(tokens, block_size, what) {
-  count_ = (static_cast<int64_t>(tokens.size()) - 1) / block_size;
+TokenBlocks::TokenBlocks(TokenStream tokens, int64_t block_size, const std::string& what, int64_t limit,
+                         int vocab_size)
+    : TokenSource(std::move(tokens), block_size, what, vocab_size) {
+  count_ = (tokens_.size() - 1) / block_size;
   if (limit > 0 && limit < count_) count_ = limit;
 }
 

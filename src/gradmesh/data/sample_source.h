@@ -57,8 +57,9 @@ class ImageSamples : public SampleSource {
 };
 
 // Windows of block_size tokens from a token stream, each predicting its
-// next tokens. The token ids travel as floats (exact below 2^24). The tokens
-// must outlive the source.
+// next tokens. The token ids travel as floats (exact below 2^24). A window
+// holding a token >= vocab_size (when > 0) is Error(kFormat) naming `what`
+// and the position: a mapped stream is checked as it is read.
 class TokenSource : public SampleSource {
  public:
   Shape sample_shape() const override { return {block_}; }
@@ -67,12 +68,14 @@ class TokenSource : public SampleSource {
 
  protected:
   // Throws kConfig (naming `what`) when there are not block_size + 1 tokens.
-  TokenSource(const std::vector<uint16_t>& tokens, int64_t block_size, const std::string& what);
+  TokenSource(TokenStream tokens, int64_t block_size, const std::string& what, int vocab_size);
   // The window starting at `start` and the tokens one position later.
   void copy_window(int64_t start, float* input, int32_t* targets) const;
 
-  const std::vector<uint16_t>& tokens_;
+  TokenStream tokens_;
   int64_t block_;
+  std::string what_;
+  int vocab_size_;
 };
 
 // Language-model training windows: sample `index` of `epoch` is the window
@@ -80,8 +83,8 @@ class TokenSource : public SampleSource {
 class TokenWindows : public TokenSource {
  public:
   // `windows` per epoch; 0 = tokens / block_size.
-  TokenWindows(const std::vector<uint16_t>& tokens, int64_t block_size, int64_t windows, uint64_t seed,
-               const std::string& what);
+  TokenWindows(TokenStream tokens, int64_t block_size, int64_t windows, uint64_t seed, const std::string& what,
+               int vocab_size = 0);
   int64_t count() const override { return windows_; }
   void fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const override;
 
@@ -95,7 +98,7 @@ class TokenWindows : public TokenSource {
 class TokenBlocks : public TokenSource {
  public:
   // The first `limit` windows only (0 = all).
-  TokenBlocks(const std::vector<uint16_t>& tokens, int64_t block_size, const std::string& what, int64_t limit = 0);
+  TokenBlocks(TokenStream tokens, int64_t block_size, const std::string& what, int64_t limit = 0, int vocab_size = 0);
   int64_t count() const override { return count_; }
   void fill(int64_t epoch, int64_t index, float* input, int32_t* targets) const override;
 

@@ -360,6 +360,7 @@ std::string training_config_hash(const Config& config) {
   maths.train.eval_every_epoch = TrainConfig().eval_every_epoch;
   maths.data.prefetch = DataConfig().prefetch;
   maths.data.workers = DataConfig().workers;  // samples are pure functions of (epoch, index)
+  maths.data.cache_mb = DataConfig().cache_mb;
   maths.model.recompute = ModelConfig().recompute;  // recomputed activations give bit-identical gradients
   maths.parallel = ParallelConfig();
   maths.parallel.comm_dtype = config.parallel.comm_dtype;  // bf16 gradients change the sums

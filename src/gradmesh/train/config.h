@@ -64,6 +64,7 @@ struct DataConfig {
   int64_t workers;      // loader threads filling each batch (reading, decoding, augmenting)
   int64_t crop_padding;  // format = mds, training set: random crop after padding by this much (0 = none)
   bool flip;             // format = mds, training set: random left-right flip
+  int64_t cache_mb;      // format = mds over http(s): the reader's block cache
   int64_t limit_train;  // first N training samples, 0 = all
   int64_t limit_test;   // first N test samples, 0 = all
   bool operator==(const DataConfig&) const = default;

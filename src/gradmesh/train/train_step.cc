@@ -9,6 +9,7 @@
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/core/clock.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/parallel/gradient_reducer.h"
 
 namespace gradmesh::train {
 

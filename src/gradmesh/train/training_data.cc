@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/data/shard_files.h"
 #include "gradmesh/data/sharded_images.h"
 #include "gradmesh/train/rank_setup.h"
 
@@ -30,19 +31,22 @@ void check_model_fits_data(const Config& config) {
 void load_tokens(const Config& config, bool with_test, TrainingData& d) {
   const std::string dir = config.data.tokens;
   // The first thing a new user of a language model meets: say how to make the set.
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "vocab.json"))
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "vocab.json") &&
+      !std::filesystem::exists(std::filesystem::path(dir) / "train.bin"))
     throw_error(ErrorKind::kConfig, "data.tokens",
-                "no token set in '" + dir + "' (no vocab.json there): make one with `gradmesh data prepare-text "
-                "--vocab char --output " + dir + "` (Debian's fortunes by default; --input FILE_OR_DIR for your "
-                "own text), or point data.tokens at a directory it wrote");
-  d.tokens = data::read_token_set(dir);
+                "no token set in '" + dir + "' (no vocab.json or train.bin there): make one with `gradmesh data "
+                "prepare-text --vocab char --output " + dir + "` (Debian's fortunes by default; --input FILE_OR_DIR "
+                "for your own text; --vocab sentencepiece for subwords), or point data.tokens at a directory it "
+                "wrote or at a nanoGPT data directory");
+  d.tokens = data::read_token_set(dir, static_cast<int>(config.model.vocab_size));
   const int64_t block = config.model.block_size;
   const std::string train_file = (std::filesystem::path(dir) / "train.bin").string();
   const std::string val_file = (std::filesystem::path(dir) / "val.bin").string();
+  const int vocab = d.tokens.vocab_size;
   d.train = std::make_unique<data::TokenWindows>(d.tokens.train, block, config.data.windows_per_epoch,
-                                                 config.train.seed, train_file);
+                                                 config.train.seed, train_file, vocab);
   if (with_test) {
-    auto blocks = std::make_unique<data::TokenBlocks>(d.tokens.val, block, val_file, config.data.limit_test);
+    auto blocks = std::make_unique<data::TokenBlocks>(d.tokens.val, block, val_file, config.data.limit_test, vocab);
     d.test = std::move(blocks);
   }
   d.geometry.vocab_size = d.tokens.vocab_size;
@@ -54,12 +58,14 @@ std::unique_ptr<data::ShardedImages> open_set(const Config& config, const std::s
   if (dir.empty())
     throw_error(ErrorKind::kConfig, std::string("data.") + key,
                 "empty: name the MDS set's directory (gradmesh data prepare --output DIR writes one)");
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "index.json"))
+  if (!data::is_http_location(dir) && !std::filesystem::exists(std::filesystem::path(dir) / "index.json"))
     throw_error(ErrorKind::kConfig, std::string("data.") + key,
                 "no MDS set in '" + dir + "' (no index.json there): make one with `gradmesh data prepare --images "
                 "FILE --labels FILE --output " + dir + "` (IDX files) or `gradmesh data prepare --image-folder DIR "
                 "--output " + dir + "` (JPEG and PNG files, a subdirectory per class)");
-  auto set = std::make_shared<const data::MdsReader>(dir);
+  data::MdsReadOptions read;
+  read.cache_bytes = config.data.cache_mb << 20;
+  auto set = std::make_shared<const data::MdsReader>(dir, read);
   if (config.data.verify_shards)
     for (size_t s = 0; s < set->shards().size(); ++s)
       if (const std::string wrong = set->verify_shard(s); !wrong.empty())
