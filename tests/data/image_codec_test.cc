@@ -129,33 +129,38 @@ std::array<float, 256> identity_table() {
   return t;
 }
 
+// Paddings narrower and wider than the 5x6 image (a wide one can leave a row all padding).
 TEST(ImageAugment, CropAndFlipAreTorchvisionsPadCropThenMirror) {
   const Shape chw = {2, 5, 6};
   std::vector<uint8_t> pixels(60);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i + 1);  // no pixel is 0
-  const ImageAugment augment{2, true, 99};
-  std::vector<float> out(60);
-  int flipped = 0;
-  for (int64_t sample = 0; sample < 40; ++sample) {
-    const AugmentDraw d = draw_augment(augment, 3, sample);
-    ASSERT_GE(d.top, 0);
-    ASSERT_LE(d.top, 4);
-    ASSERT_GE(d.left, 0);
-    ASSERT_LE(d.left, 4);
-    flipped += d.flip;
-    augment_and_normalise(pixels.data(), chw, identity_table(), augment, 3, sample, out.data());
-    // The reference: pad by 2 with zeros, take the 5x6 window at (top, left), mirror it.
-    for (int64_t c = 0; c < 2; ++c)
-      for (int64_t y = 0; y < 5; ++y)
-        for (int64_t x = 0; x < 6; ++x) {
-          const int64_t wx = d.flip ? 5 - x : x;
-          const int64_t py = y + d.top - 2, px = wx + d.left - 2;
-          const float want = py < 0 || py >= 5 || px < 0 || px >= 6 ? 0.0f : pixels[static_cast<size_t>((c * 5 + py) * 6 + px)];
-          ASSERT_EQ(out[static_cast<size_t>((c * 5 + y) * 6 + x)], want) << "sample " << sample;
-        }
+  for (const int64_t pad : {int64_t{2}, int64_t{9}}) {
+    const ImageAugment augment{pad, true, 99};
+    std::vector<float> out(61, -1.0f);  // one past the image: never written
+    int flipped = 0;
+    for (int64_t sample = 0; sample < 80; ++sample) {
+      const AugmentDraw d = draw_augment(augment, 3, sample);
+      ASSERT_GE(d.top, 0);
+      ASSERT_LE(d.top, 2 * pad);
+      ASSERT_GE(d.left, 0);
+      ASSERT_LE(d.left, 2 * pad);
+      flipped += d.flip;
+      augment_and_normalise(pixels.data(), chw, identity_table(), augment, 3, sample, out.data());
+      ASSERT_EQ(out[60], -1.0f) << "wrote past the image, sample " << sample;
+      // The reference: pad with zeros, take the 5x6 window at (top, left), mirror it.
+      for (int64_t c = 0; c < 2; ++c)
+        for (int64_t y = 0; y < 5; ++y)
+          for (int64_t x = 0; x < 6; ++x) {
+            const int64_t wx = d.flip ? 5 - x : x;
+            const int64_t py = y + d.top - pad, px = wx + d.left - pad;
+            const float want =
+                py < 0 || py >= 5 || px < 0 || px >= 6 ? 0.0f : pixels[static_cast<size_t>((c * 5 + py) * 6 + px)];
+            ASSERT_EQ(out[static_cast<size_t>((c * 5 + y) * 6 + x)], want) << "pad " << pad << " sample " << sample;
+          }
+    }
+    EXPECT_GT(flipped, 20) << pad;
+    EXPECT_LT(flipped, 60) << pad;
   }
-  EXPECT_GT(flipped, 8);
-  EXPECT_LT(flipped, 32);
 }
 
 TEST(ImageAugment, ADrawDependsOnSeedEpochAndSampleOnly) {

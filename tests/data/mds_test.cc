@@ -112,6 +112,34 @@ TEST_F(MdsSet, WhatIsWrittenReadsBackAcrossShards) {
   EXPECT_EQ(first - (4 + 4 * (n + 1)), shard.find("}", 4 + 4 * (n + 1)) - (4 + 4 * (n + 1)) + 1);
 }
 
+// A shard of 2,500 samples read in a strided order, each sample twice.
+TEST(MdsOffsets, EverySampleOfALargeShardReadsBackInAnyOrder) {
+  gradmesh::testing::TempDir dir;
+  write_idx(dir.file("images"), {2500, 2, 2}, pixel);
+  write_idx(dir.file("labels"), {2500}, label);
+  prepare_images_from_idx(dir.file("images"), dir.file("labels"), dir.file("set"), 1 << 20);
+  const IdxArray images = read_idx(dir.file("images"));
+  const MdsReader set(dir.file("set"));
+  ASSERT_EQ(set.shards().size(), 1u);
+  for (int round = 0; round < 2; ++round)
+    for (int64_t k = 0; k < 2500; ++k) {
+      const int64_t i = (k * 1023 + round) % 2500;
+      const std::vector<std::string> v = set.sample(i);
+      ASSERT_EQ(v[0], std::string(reinterpret_cast<const char*>(images.values.data()) + i * 4, 4)) << i;
+    }
+}
+
+TEST_F(MdsSet, AShardTooSmallForItsOffsetsIsNamed) {
+  std::string index = read_all(set_dir() + "/index.json");
+  const size_t at = index.find("\"samples\":");
+  ASSERT_NE(at, std::string::npos) << index;
+  index.insert(at + 10, "99999");
+  write_all(set_dir() + "/index.json", index);
+  const std::string error = read_everything();
+  EXPECT_NE(error.find("shard 0"), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot hold the offsets"), std::string::npos) << error;
+}
+
 TEST_F(MdsSet, ShardedImagesGiveTheInMemoryPathsExactFloats) {
   const Normalization norm{1.0f / 255, 0.2860f, 0.3530f};
   const ImageDataset whole = load_image_dataset(dir_.file("images"), dir_.file("labels"), norm);

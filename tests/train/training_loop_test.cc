@@ -6,10 +6,13 @@
 // (processes, rendezvous, restarts) is tested through the binary in
 // tests/parallel and tests/cli.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <utility>
@@ -214,24 +217,30 @@ TEST_F(TrainingLoop, ShardedImagesTrainLikeIdxFiles) {
   EXPECT_LE(relative_difference(train(config("blocks3", blocks), 3), one), kOtherSplitTolerance);
 }
 
-TEST_F(TrainingLoop, CnnFromJpegShardsWithAugmentationIsTheSameAtAnyWorkerCount) {
-  // The 1000 training images as JPEGs in MDS shards, decoded, cropped and flipped by the loader.
-  const std::string set = dir_.file("jpeg-set");
-  {
-    const data::IdxArray x = data::read_idx(data_->file("train-images-idx3-ubyte"));
-    const data::IdxArray y = data::read_idx(data_->file("train-labels-idx1-ubyte"));
-    data::MdsWriter writer(set, {{"x", "jpeg", std::nullopt}, {"y", "int", std::nullopt}}, 64 << 10);
-    for (size_t i = 0; i < 1000; ++i) {
-      const std::string jpeg = data::encode_jpeg(x.values.data() + i * 784, data::ImageSize{1, 28, 28}, 90);
-      const int64_t label = y.values[i];
-      writer.add({jpeg, std::string_view(reinterpret_cast<const char*>(&label), sizeof label)});
-    }
-    writer.finish();
+// The first 1000 training images as JPEGs in MDS shards of 64 KiB (16 shards).
+void write_jpeg_set(const gradmesh::testing::TempDir& data, const std::string& set) {
+  const data::IdxArray x = data::read_idx(data.file("train-images-idx3-ubyte"));
+  const data::IdxArray y = data::read_idx(data.file("train-labels-idx1-ubyte"));
+  data::MdsWriter writer(set, {{"x", "jpeg", std::nullopt}, {"y", "int", std::nullopt}}, 64 << 10);
+  for (size_t i = 0; i < 1000; ++i) {
+    const std::string jpeg = data::encode_jpeg(x.values.data() + i * 784, data::ImageSize{1, 28, 28}, 90);
+    const int64_t label = y.values[i];
+    writer.add({jpeg, std::string_view(reinterpret_cast<const char*>(&label), sizeof label)});
   }
-  const std::vector<std::string> cnn = {
-      "model.channels=[4,8]", "model.fc_hidden=16", "data.limit_train=300", "train.max_steps=8",
-      "train.batch_size=32",  "train.eval_every_epoch=false", "train.threads=1", "output.trace_steps=0",
-      "output.report=false",  "data.format=\"mds\"", "data.train_set=" + set, "data.crop_padding=4", "data.flip=true"};
+  writer.finish();
+}
+
+std::vector<std::string> cnn_from_set(const std::string& set) {
+  return {"model.channels=[4,8]", "model.fc_hidden=16", "data.limit_train=300", "train.max_steps=8",
+          "train.batch_size=32",  "train.eval_every_epoch=false", "train.threads=1", "output.trace_steps=0",
+          "output.report=false",  "data.format=\"mds\"", "data.train_set=" + set, "data.crop_padding=4",
+          "data.flip=true"};
+}
+
+TEST_F(TrainingLoop, CnnFromJpegShardsWithAugmentationIsTheSameAtAnyWorkerCount) {
+  const std::string set = dir_.file("jpeg-set");
+  write_jpeg_set(*data_, set);
+  const std::vector<std::string> cnn = cnn_from_set(set);
   const std::vector<float> one = train(config("aug-w1", cnn, "cnn"), 1);
   ASSERT_FALSE(one.empty());
   std::vector<std::string> workers = cnn;
@@ -242,6 +251,29 @@ TEST_F(TrainingLoop, CnnFromJpegShardsWithAugmentationIsTheSameAtAnyWorkerCount)
   std::vector<std::string> plain = cnn;
   plain.resize(plain.size() - 2);
   EXPECT_NE(train(config("plain", plain, "cnn"), 1), one) << "augmentation changes what is trained on";
+}
+
+// The same set served by a static file server on loopback (Range requests,
+// as nginx or a bucket answer them) trains the very same weights, through a
+// cache smaller than the set.
+TEST_F(TrainingLoop, CnnFromShardsOverHttpIsTheSameAsFromTheDirectory) {
+  const std::string set = dir_.file("jpeg-set");
+  write_jpeg_set(*data_, set);
+  httplib::Server server;
+  server.set_mount_point("/sets/jpeg", set);
+  server.set_tcp_nodelay(true);
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  for (int i = 0; i < 2000 && !server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::vector<float> local = train(config("local", cnn_from_set(set), "cnn"), 1);
+  std::vector<std::string> remote = cnn_from_set("http://127.0.0.1:" + std::to_string(port) + "/sets/jpeg");
+  remote.push_back("data.cache_mb=1");
+  const std::vector<float> over_http = train(config("http", remote, "cnn"), 2);
+  server.stop();
+  serving.join();
+  ASSERT_FALSE(local.empty());
+  EXPECT_LE(relative_difference(over_http, local), kOtherSplitTolerance);
 }
 
 TEST_F(TrainingLoop, Bf16OnTheWireStaysCloseButIsRounded) {

@@ -1,5 +1,7 @@
 #include "gradmesh/data/image_augment.h"
 
+#include <algorithm>
+
 #include "gradmesh/core/rng.h"
 
 namespace gradmesh::data {
@@ -45,11 +47,20 @@ void augment_and_normalise(const uint8_t* pixels, const Shape& chw, const std::a
         for (int64_t x = 0; x < width; ++x) row[x] = zero;
         continue;
       }
+      // Source column sx = x + dx (flipped: width - 1 - x + dx) lies inside
+      // the row for x in [x0, x1); outside it the padding's zero. The loops
+      // below have no branch per pixel.
+      const int64_t base = d.flip ? width - 1 + dx : dx;
+      // (A padding wider than the image can leave the range empty.)
+      const int64_t x0 = std::clamp<int64_t>(d.flip ? base - (width - 1) : -dx, 0, width);
+      const int64_t x1 = std::clamp<int64_t>(d.flip ? base + 1 : width - dx, x0, width);
       const uint8_t* src = plane + sy * width;
-      for (int64_t x = 0; x < width; ++x) {
-        const int64_t sx = (d.flip ? width - 1 - x : x) + dx;
-        row[x] = sx < 0 || sx >= width ? zero : table[src[sx]];
-      }
+      for (int64_t x = 0; x < x0; ++x) row[x] = zero;
+      if (d.flip)
+        for (int64_t x = x0; x < x1; ++x) row[x] = table[src[base - x]];
+      else
+        for (int64_t x = x0; x < x1; ++x) row[x] = table[src[base + x]];
+      for (int64_t x = x1; x < width; ++x) row[x] = zero;
     }
   }
 }

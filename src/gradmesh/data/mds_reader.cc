@@ -113,6 +113,9 @@ MdsReader::MdsReader(const std::string& location, const MdsReadOptions& options)
     info.file = safe_basename(e, where);
     info.samples = count_field(e, "samples", where, int64_t{1} << 30);
     info.bytes = count_field(field(e, "raw_data", where), "bytes", where + " raw_data", (int64_t{1} << 32) - 1);
+    if (4 * (info.samples + 2) > info.bytes)
+      throw_error(ErrorKind::kFormat, where, std::to_string(info.bytes) + " bytes cannot hold the offsets of " +
+                                                 std::to_string(info.samples) + " samples");
     const json& hashes = e.at("raw_data").value("hashes", json::object());
     if (hashes.is_object() && hashes.contains("xxh64") && hashes.at("xxh64").is_string())
       info.xxh64 = hashes.at("xxh64").get<std::string>();

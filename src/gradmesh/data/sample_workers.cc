@@ -1,5 +1,7 @@
 #include "gradmesh/data/sample_workers.h"
 
+#include <algorithm>
+
 #include "gradmesh/core/error.h"
 
 namespace gradmesh::data {
@@ -20,18 +22,23 @@ SampleWorkers::~SampleWorkers() {
 
 void SampleWorkers::drain() {
   for (;;) {
-    const int64_t k = next_.fetch_add(1);
-    if (k >= n_ || failed_.load(std::memory_order_relaxed)) return;
-    try {
-      (*body_)(k);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (error_index_ < 0 || k < error_index_) {
-        error_index_ = k;
-        error_ = std::current_exception();
+    const int64_t first = next_.fetch_add(chunk_);
+    for (int64_t k = first; k < std::min(first + chunk_, n_); ++k) {
+      // After a failure only samples below it still run: one of them may
+      // fail too, and the lowest failure is the one reported.
+      const int64_t failed_at = error_index_.load(std::memory_order_relaxed);
+      if (failed_at >= 0 && k > failed_at) return;
+      try {
+        (*body_)(k);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (error_index_ < 0 || k < error_index_) {
+          error_index_ = k;
+          error_ = std::current_exception();
+        }
       }
-      failed_ = true;
     }
+    if (first + chunk_ >= n_) return;
   }
 }
 
@@ -58,8 +65,10 @@ void SampleWorkers::run(int64_t n, const std::function<void(int64_t)>& body) {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;
     n_ = n;
+    // A few samples per claim: one claim per sample had the threads take
+    // turns owning the counter's cache line.
+    chunk_ = std::max<int64_t>(1, n / (16 * threads()));
     next_ = 0;
-    failed_ = false;
     error_index_ = -1;
     error_ = nullptr;
     busy_ = static_cast<int>(threads_.size());

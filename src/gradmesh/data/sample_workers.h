@@ -41,12 +41,12 @@ class SampleWorkers {
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t)>* body_ = nullptr;
   int64_t n_ = 0;
+  int64_t chunk_ = 1;  // samples per claim
   std::atomic<int64_t> next_{0};
-  std::atomic<bool> failed_{false};
   uint64_t round_ = 0;
   int busy_ = 0;  // helpers still in the current round
   bool stop_ = false;
-  int64_t error_index_ = -1;
+  std::atomic<int64_t> error_index_{-1};  // the lowest failing sample so far (-1: none)
   std::exception_ptr error_;
   std::vector<std::thread> threads_;
 };
