@@ -15,7 +15,10 @@ filesystem), reading its slice of each global batch from the shards:
   same job on the IDX files loaded whole (Fashion-MNIST, 60,000 samples, in
   every rank) for the in-memory figure (target: the sharded run >= 100 MB below).
 
-Needs root (network namespaces). usage: bench/data_scale.py [--steps N] [--work DIR] [--hosts K]
+With --whole-epoch the 1 M set is also trained for one whole epoch (391 steps),
+where bytes per host are measured, not scaled.
+
+Needs root (network namespaces). usage: bench/data_scale.py [--steps N] [--work DIR] [--hosts K] [--whole-epoch]
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -78,7 +81,7 @@ def probe(sets, hosts, steps, keep):
     lines = [json.loads(l) for l in open(metrics)]
     usage = [l for l in lines if l.get("type") == "usage"][-1]
     summary = [l for l in lines if l.get("type") == "summary"][-1]
-    read = [r["dataset_read_bytes"] for r in usage["ranks"]]
+    read = usage["ranks"]["dataset_read_bytes"]
     return read, summary["peak_rss_bytes_per_rank"], summary["steps"], summary["samples"]
 
 
@@ -88,6 +91,7 @@ def main():
     ap.add_argument("--hosts", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2560, help="global batch (128 per host at 20 hosts)")
     ap.add_argument("--work", default=None)
+    ap.add_argument("--whole-epoch", action="store_true", help="also train one whole epoch of the 1 M set")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="gradmesh-data-scale-")
     print(machine_line())
@@ -97,18 +101,22 @@ def main():
     print("| set | set bytes | bytes read per host (median, max) | per epoch / (set / hosts) (target <= 1.2) | peak RSS per rank (median, max) |")
     print("|---|---|---|---|---|")
     rss = {}
-    for samples in (1_000_000, 10_000_000):
+    # The two sizes for a fixed number of steps, then the 1 M set for one whole epoch.
+    runs = [(1_000_000, args.steps), (10_000_000, args.steps)]
+    if args.whole_epoch:
+        runs.append((1_000_000, -(-1_000_000 // args.batch)))
+    for samples, steps in runs:
         path = os.path.join(work, f"set-{samples}")
         if not os.path.exists(os.path.join(path, "index.json")):
             write_set(path, samples)
         set_bytes = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".mds"))
-        keep = os.path.join(work, f"probe-{samples}")
+        keep = os.path.join(work, f"probe-{samples}-{steps}")
         read, peaks, steps, seen = probe(["data.format=\"mds\"", f"data.train_set={path}",
-                                          f"train.batch_size={args.batch}"], args.hosts, args.steps, keep)
-        epoch_share = seen / samples
+                                          f"train.batch_size={args.batch}"], args.hosts, steps, keep)
+        epoch_share = min(1.0, seen / samples)
         ratio = max(read) / epoch_share / (set_bytes / args.hosts)
-        rss[samples] = statistics.median(peaks)
-        print(f"| MDS, {samples:,} samples | {set_bytes / 1e9:.2f} GB | {statistics.median(read) / 1e6:.1f} MB, "
+        rss.setdefault(samples, statistics.median(peaks))
+        print(f"| MDS, {samples:,} samples, {steps} steps | {set_bytes / 1e9:.2f} GB | {statistics.median(read) / 1e6:.1f} MB, "
               f"{max(read) / 1e6:.1f} MB ({seen:,} samples read in all) | {ratio:.3f} (max host) | "
               f"{statistics.median(peaks) / 2**20:.0f} MiB, {max(peaks) / 2**20:.0f} MiB |")
     keep = os.path.join(work, "probe-idx")

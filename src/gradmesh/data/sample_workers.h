@@ -1,10 +1,11 @@
 // The loader's decode threads (data.workers): the producer thread hands each
-// batch's samples to them and to itself, one sample at a time, and waits for
-// the batch. Samples are pure functions of (epoch, index) written to their
-// own rows, so how they are spread over threads never changes a bit. Unlike
-// core/thread_pool.h's fixed chunks, samples are claimed one at a time (one
-// image decodes slower than another) and a sample's exception reaches the
-// caller: the lowest failing sample's, whatever the spread.
+// batch's samples to them and to itself, a few samples per claim (a
+// sixteenth of a thread's share), and waits for the batch. Samples are pure
+// functions of (epoch, index) written to their own rows, so how they are
+// spread over threads never changes a bit. Unlike core/thread_pool.h's fixed
+// chunks, small claims even out images that decode slower than others, and
+// a sample's exception reaches the caller: the lowest failing sample's,
+// whatever the spread.
 #pragma once
 
 #include <atomic>
