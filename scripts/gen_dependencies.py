@@ -23,6 +23,7 @@ import sys
 # package -> regular expressions matched against an #include's path.
 PROVIDES = {
     'libopenblas-dev': [r'^cblas\.h$', r'^openblas'],
+    'libdnnl-dev': [r'^dnnl', r'^oneapi/dnnl/'],
     'libtomlplusplus-dev': [r'^toml\+\+/'],
     'nlohmann-json3-dev': [r'^nlohmann/json'],
     'libcli11-dev': [r'^CLI/'],

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ make pkg-config   # build
   libopenblas-dev                         # GEMM (cblas_sgemm)
+  libdnnl-dev                             # bf16 GEMM (oneDNN matmul on AVX512_BF16 / AMX)
   libtomlplusplus-dev                     # config files
   nlohmann-json3-dev                      # safetensors headers, JSONL
   libcli11-dev                            # command line

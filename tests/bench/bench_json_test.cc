@@ -42,7 +42,7 @@ TEST(BenchJson, CommRowsParseWithEveryField) {
 }
 
 TEST(BenchJson, GemmResultIsOneObjectOnOneLine) {
-  const std::string text = format_gemm_json({2048, 4, 0.05, 343.6});
+  const std::string text = format_gemm_json({2048, 4, 0.05, 343.6, "f32", ""});
   ASSERT_EQ(text.back(), '\n');
   const std::vector<nlohmann::json> lines = parse_lines(text);
   ASSERT_EQ(lines.size(), 1u);
@@ -50,6 +50,11 @@ TEST(BenchJson, GemmResultIsOneObjectOnOneLine) {
   EXPECT_EQ(lines[0].at("threads"), 4);
   EXPECT_DOUBLE_EQ(lines[0].at("seconds").get<double>(), 0.05);
   EXPECT_DOUBLE_EQ(lines[0].at("gflops").get<double>(), 343.6);
+  EXPECT_EQ(lines[0].at("dtype"), "f32");
+  EXPECT_FALSE(lines[0].contains("isa"));
+  const nlohmann::json bf16 = parse_lines(format_gemm_json({2048, 1, 0.01, 1100.0, "bf16", "avx512_core_amx"}))[0];
+  EXPECT_EQ(bf16.at("dtype"), "bf16");
+  EXPECT_EQ(bf16.at("isa"), "avx512_core_amx");
 }
 
 }  // namespace

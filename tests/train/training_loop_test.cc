@@ -284,6 +284,37 @@ TEST_F(TrainingLoop, Bf16OnTheWireStaysCloseButIsRounded) {
   EXPECT_LE(relative_difference(bf16, f32), 0.05);
 }
 
+// train.precision = "bf16": the products in bf16 with float32 sums, the
+// weights float32. A rerun gives the same bits, a resume from a step-20
+// checkpoint ends on the uninterrupted run's bits, and the weights stay
+// close to float32 training's but are not its.
+TEST_F(TrainingLoop, Bf16ProductsRerunAndResumeBitIdenticalAndStayCloseToFloat32) {
+  const std::vector<std::string> bf16 = {"train.precision=\"bf16\""};
+  const std::vector<float> once = train(config("bf16-a", bf16), 1);
+  ASSERT_FALSE(once.empty());
+  EXPECT_EQ(train(config("bf16-b", bf16), 1), once) << "a rerun";
+  const double bf16_loss = last_.final_train_loss;
+  const std::vector<float> f32 = train(config("f32"), 1);
+  EXPECT_NE(once, f32);
+  // Each product rounds its operands to 8 significant bits; over 30 steps of
+  // this small net the largest weight difference grows to about a tenth of
+  // the largest weight (a wrong product would be of the weights' own size),
+  // while the loss stays where float32's is.
+  EXPECT_LE(relative_difference(once, f32), 0.25);
+  EXPECT_NEAR(bf16_loss, last_.final_train_loss, 0.05 * last_.final_train_loss);
+
+  std::vector<std::string> stopped = bf16;
+  stopped.insert(stopped.end(), {"train.max_steps=20", "checkpoint.every_steps=10", "checkpoint.async=false"});
+  train(config("bf16-stop", stopped), 1);
+  RunOptions resume;
+  resume.resume = "auto";
+  const TrainSummary resumed = run_training(config("bf16-stop", bf16), quiet_.get(), nullptr, resume);
+  ASSERT_FALSE(resumed.weights_path.empty());
+  EXPECT_EQ(weights_of(resumed.weights_path), once) << "resumed at step 20";
+  // The precision is the run's: a float32 run after a bf16 one multiplies in float32 again.
+  EXPECT_EQ(train(config("f32-again"), 1), f32);
+}
+
 TEST_F(TrainingLoop, ZeroStagesTrainTheWeightsOfPlainDataParallelism) {
   const std::vector<std::string> clipped = {"optim.clip_grad_norm=1.0", "optim.weight_decay=0.001",
                                             "train.accum_steps=2", "train.max_steps=8"};

@@ -11,6 +11,7 @@
 #include "gradmesh/cli/self_executable.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 #include "gradmesh/checkpoint/checkpoint_export.h"
 #include "gradmesh/checkpoint/checkpoint_reader.h"
 #include "gradmesh/checkpoint/safetensors.h"
@@ -195,10 +196,17 @@ int run_export(const std::string& checkpoint, const std::string& output, bool wi
   return 0;
 }
 
-int run_bench_gemm(int64_t n, int threads, int repeats, bool json) {
-  const bench::GemmBenchResult r = bench::bench_sgemm(n, threads, repeats);
+int run_bench_gemm(int64_t n, int threads, int repeats, const std::string& dtype, bool json) {
+  if (dtype != "f32" && dtype != "bf16")
+    throw_error(ErrorKind::kUsage, "--dtype", "expected f32 or bf16, got '" + dtype + "'");
+  const bench::GemmBenchResult r =
+      dtype == "bf16" ? bench::bench_bf16_gemm(n, threads, repeats) : bench::bench_sgemm(n, threads, repeats);
   if (json)
     std::fputs(bench::format_gemm_json(r).c_str(), stdout);
+  else if (dtype == "bf16")
+    std::printf("bf16 gemm (float32 accumulation) n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d); %s\n",
+                static_cast<long long>(r.n), r.threads, r.seconds_median * 1e3, r.gflops, repeats,
+                kernels::bf16_support().describe().c_str());
   else
     std::printf("sgemm n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d)\n", static_cast<long long>(r.n), r.threads,
                 r.seconds_median * 1e3, r.gflops, repeats);

@@ -22,7 +22,7 @@ int run_inspect(const std::string& path);
 // sharded ones included, as safetensors (checkpoint/checkpoint_export.h).
 int run_export(const std::string& checkpoint, const std::string& output, bool with_optimizer);
 int run_env_docs();
-int run_bench_gemm(int64_t n, int threads, int repeats, bool json);
+int run_bench_gemm(int64_t n, int threads, int repeats, const std::string& dtype, bool json);
 // A worker of a launched job (gradmesh launch --nproc-per-node N -- gradmesh bench comm).
 int run_bench_comm(const std::string& backend, const std::string& op, int64_t min_bytes, int64_t max_bytes, int iters,
                    bool json);

@@ -112,15 +112,21 @@ void add_bench_gemm(CLI::App& bench, Commands& commands) {
   struct Args {
     int64_t n = 2048;
     int threads = 1, repeats = 5;
+    std::string dtype = "f32";
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* bench_gemm = bench.add_subcommand("gemm", "OpenBLAS sgemm GFLOP/s on n x n matrices");
+  CLI::App* bench_gemm = bench.add_subcommand(
+      "gemm", "GEMM GFLOP/s on n x n matrices: OpenBLAS sgemm, or bf16 with float32 accumulation through oneDNN");
   bench_gemm->add_option("--n", a->n, "Matrix size")->capture_default_str()->check(CLI::Range(1, 16384));
   bench_gemm->add_option("--threads", a->threads, "BLAS threads (0 = $GRADMESH_NUM_THREADS, else all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   bench_gemm->add_option("--repeats", a->repeats, "Timed multiplies (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  bench_gemm->add_option("--dtype", a->dtype, "f32 (OpenBLAS sgemm) or bf16 (oneDNN, the CPU's bf16 dot products)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   bench_gemm->add_flag("--json", a->json, "One JSON object instead of a sentence");
-  commands.push_back({bench_gemm, [a] { return gradmesh::cli::run_bench_gemm(a->n, a->threads, a->repeats, a->json); }});
+  commands.push_back(
+      {bench_gemm, [a] { return gradmesh::cli::run_bench_gemm(a->n, a->threads, a->repeats, a->dtype, a->json); }});
 }
 
 void add_bench_comm(CLI::App& bench, Commands& commands) {

@@ -13,19 +13,34 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/core/thread_pool.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 
 namespace gradmesh::kernels {
 
 namespace {
 std::atomic<uint64_t> g_flops{0};
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
 }  // namespace
 
 uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }
+
+void set_matmul_precision(MatmulPrecision precision) { g_precision.store(precision); }
+MatmulPrecision matmul_precision() { return g_precision.load(); }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   g_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
+  if (g_precision.load(std::memory_order_relaxed) == MatmulPrecision::kBf16) {
+    gemm_f32_in_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
   if (m == 1 && k > 0) {
     // One row (a served request, a decoded token): a matrix-vector product.
     // sgemm would first pack all of B, which then costs more than the product.

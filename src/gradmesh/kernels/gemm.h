@@ -10,8 +10,21 @@ namespace gradmesh::kernels {
 
 // C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C.
 // op(A) = A^T when trans_a (A stored [k, m]); same for B. beta == 0 ignores C's contents (may be NaN).
+// The model's products (Linear, convolution): multiplied in the current
+// matmul_precision() (below).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same always in float32 (OpenBLAS), for products that are not the
+// model's and must not change with train.precision (PowerSGD's factors).
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// What gemm() multiplies in. kFp32: OpenBLAS sgemm. kBf16: operands rounded
+// to bf16, products summed in float32 (gemm_bf16.h), as under PyTorch's CPU
+// autocast. Process-wide: the trainer sets it from train.precision.
+enum class MatmulPrecision { kFp32, kBf16 };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
 
 // Same contract, triple loop in double precision: the oracle for tests.
 void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -106,7 +106,7 @@ float PowerSgdCompressor::reduce(float* flat_grads, float verdict, comm::Process
     float* g = flat_grads + m.offset;
     const float* e = m.error.data();
     for (int64_t i = 0; i < m.rows * m.cols; ++i) g[i] += e[i];
-    kernels::gemm(false, false, m.rows, r, m.cols, 1.0f, g, m.cols, q + m.q_offset, r, 0.0f, p + m.p_offset, r);
+    kernels::sgemm(false, false, m.rows, r, m.cols, 1.0f, g, m.cols, q + m.q_offset, r, 0.0f, p + m.p_offset, r);
   }
   float* rest = p + p_floats_;
   for (const auto& [offset, numel] : exact_) {
@@ -130,14 +130,14 @@ float PowerSgdCompressor::reduce(float* flat_grads, float verdict, comm::Process
   // Q = M^T P on the orthonormal P.
   for (Matrix& m : matrices_) {
     orthonormalize_columns(p + m.p_offset, m.rows, r);
-    kernels::gemm(true, false, m.cols, r, m.rows, 1.0f, flat_grads + m.offset, m.cols, p + m.p_offset, r, 0.0f,
+    kernels::sgemm(true, false, m.cols, r, m.rows, 1.0f, flat_grads + m.offset, m.cols, p + m.p_offset, r, 0.0f,
                   q + m.q_offset, r);
   }
   all_reduce(q_, "PowerSGD Q");
   const auto inverse_world = 1.0f / static_cast<float>(group.size());
   for (Matrix& m : matrices_) {
     float* approx = scratch_.data();
-    kernels::gemm(false, true, m.rows, m.cols, r, 1.0f, p + m.p_offset, r, q + m.q_offset, r, 0.0f, approx, m.cols);
+    kernels::sgemm(false, true, m.rows, m.cols, r, 1.0f, p + m.p_offset, r, q + m.q_offset, r, 0.0f, approx, m.cols);
     float* g = flat_grads + m.offset;
     float* e = m.error.data();
     for (int64_t i = 0; i < m.rows * m.cols; ++i) {

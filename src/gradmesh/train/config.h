@@ -103,6 +103,7 @@ struct TrainConfig {
   int64_t max_steps;    // 0 = no limit
   int64_t accum_steps;  // micro-steps per optimizer step
   int64_t threads;      // 0 = all cores
+  std::string precision;  // "fp32" | "bf16": what the matrix products multiply in (kernels::MatmulPrecision)
   int64_t log_every;
   bool eval_every_epoch;
   std::string init_from;  // safetensors file, "" = random init from seed

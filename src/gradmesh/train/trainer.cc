@@ -1,5 +1,6 @@
 #include "gradmesh/train/trainer.h"
 
+#include "gradmesh/kernels/gemm_bf16.h"
 #include "gradmesh/train/training_run.h"
 
 namespace gradmesh::train {
@@ -61,6 +62,8 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
                 tc_.log_every),
       detector_(config.parallel.slow_rank_factor, 3) {
   kernels::set_num_threads(static_cast<int>(tc_.threads));
+  kernels::set_matmul_precision(tc_.precision == "bf16" ? kernels::MatmulPrecision::kBf16
+                                                        : kernels::MatmulPrecision::kFp32);
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, group_);
   adopt_dp_group(prepared_.dp_group ? prepared_.dp_group : group_);
@@ -198,6 +201,10 @@ void TrainingRun::open_outputs() {
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
     open_metrics(resumed || options_.generation > 0);
+    if (tc_.precision == "bf16") {
+      const kernels::Bf16Support bf16 = kernels::bf16_support();
+      progress_.notice(bf16.describe(), !bf16.native);
+    }
     for (const std::string& note : notes) progress_.notice(note, is_warning_note(note));
   }
   // Under ZeRO every rank writes its optimizer shard, a split model's writers

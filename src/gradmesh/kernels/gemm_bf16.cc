@@ -1,0 +1,176 @@
+// oneDNN behind kernels::gemm_bf16 (gemm_bf16.h). dnnl.hpp stays in this file.
+//
+// A matmul primitive is compiled for one shape, layout and alpha/beta, and
+// building its descriptor costs tens of microseconds, as much as a small
+// product: primitives are kept by shape (a training step repeats the same
+// few), a bounded map that starts over when full.
+#include "gradmesh/kernels/gemm_bf16.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "gradmesh/core/error.h"
+#include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/multiversion.h"
+
+namespace gradmesh::kernels {
+
+namespace {
+
+using Dims = dnnl::memory::dims;
+using DataType = dnnl::memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Debian's oneDNN runs its threads on OpenMP, which takes its thread count
+// from the calling thread's setting: it is set to gradmesh's count before
+// each product.
+void set_openmp_threads(int threads) {
+  thread_local int applied = 0;
+  if (applied != threads) {
+    omp_set_num_threads(threads);
+    applied = threads;
+  }
+}
+
+// Shape, layout, alpha, beta, and the thread count: oneDNN plans a
+// primitive's split over the threads there are when it is created.
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, int>;
+constexpr size_t kMaxPrimitives = 512;
+
+struct Matmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+};
+
+std::shared_ptr<const Matmul> matmul_for(const Key& key) {
+  static std::mutex mutex;
+  static std::map<Key, std::shared_ptr<const Matmul>> primitives;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = primitives.find(key);
+    if (it != primitives.end()) return it->second;
+  }
+  const auto [trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads] = key;
+  const dnnl::memory::desc a_md({m, k}, DataType::bf16, trans_a ? Dims{1, lda} : Dims{lda, 1});
+  const dnnl::memory::desc b_md({k, n}, DataType::bf16, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
+  const dnnl::memory::desc c_md({m, n}, DataType::f32, Dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(beta);
+    attr.set_post_ops(sum);
+  }
+  const dnnl::matmul::desc desc(a_md, b_md, c_md);
+  const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  auto primitive = std::make_shared<const Matmul>(Matmul{pd, dnnl::matmul(pd)});
+  std::lock_guard<std::mutex> lock(mutex);
+  if (primitives.size() >= kMaxPrimitives) primitives.clear();
+  primitives.emplace(key, primitive);
+  return primitive;
+}
+
+// float_to_bf16 (core/bf16.h) on n values, written without a branch so that
+// the compiler vectorises it: the same bits at every instruction-set level
+// (the CPU's own vcvtneps2bf16 would flush subnormals to zero).
+GRADMESH_MULTIVERSION void round_values(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, in + i, sizeof bits);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+    out[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
+}
+
+// `rows` x `cols` floats with leading dimension `ld`, rounded into `out` packed (leading dimension cols).
+void round_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  if (ld == cols) {
+    round_values(in, out.data(), rows * cols);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) round_values(in + r * ld, out.data() + r * cols, cols);
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: oneDNN refuses zero-sized operands
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  const int threads = num_threads();
+  set_openmp_threads(threads);
+  const std::shared_ptr<const Matmul> matmul =
+      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads});
+  thread_local dnnl::stream stream(cpu_engine());
+  // oneDNN's memory objects take non-const pointers; it only reads A and B.
+  dnnl::memory a_mem(matmul->pd.src_desc(), cpu_engine(), const_cast<uint16_t*>(a));
+  dnnl::memory b_mem(matmul->pd.weights_desc(), cpu_engine(), const_cast<uint16_t*>(b));
+  dnnl::memory c_mem(matmul->pd.dst_desc(), cpu_engine(), c);
+  matmul->primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  stream.wait();
+}
+
+void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  thread_local std::vector<uint16_t> a16, b16;
+  // Stored shapes: A is [m, k] ([k, m] transposed), B is [k, n] ([n, k] transposed).
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  round_to_bf16(a, a_rows, a_cols, lda, a16);
+  round_to_bf16(b, b_rows, b_cols, ldb, b16);
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, a16.data(), a_cols, b16.data(), b_cols, beta, c, ldc);
+}
+
+std::string Bf16Support::describe() const {
+  return native ? "bf16 products: oneDNN on " + isa + " (the CPU's bf16 dot products)"
+                : "bf16 products: oneDNN on " + isa + ", emulated: this CPU has no bf16 dot products (AVX512_BF16 or AMX)";
+}
+
+Bf16Support bf16_support() {
+  Bf16Support s;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      s.native = true;
+      s.isa = "avx512_core_amx";
+      break;
+    case dnnl::cpu_isa::avx512_core_bf16:
+      s.native = true;
+      s.isa = "avx512_core_bf16";
+      break;
+    case dnnl::cpu_isa::avx512_core_vnni:
+      s.isa = "avx512_core_vnni";
+      break;
+    case dnnl::cpu_isa::avx512_core:
+      s.isa = "avx512_core";
+      break;
+    case dnnl::cpu_isa::avx2_vnni:
+      s.isa = "avx2_vnni";
+      break;
+    case dnnl::cpu_isa::avx2:
+      s.isa = "avx2";
+      break;
+    default:
+      s.isa = "an older instruction set";
+  }
+  return s;
+}
+
+}  // namespace gradmesh::kernels

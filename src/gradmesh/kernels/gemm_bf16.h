@@ -1,0 +1,39 @@
+// Matrix multiply in bf16 with float32 accumulation, through oneDNN's matmul:
+// on the CPU's bf16 dot products (AVX512_BF16, AMX tiles) where it has them,
+// on oneDNN's emulation where it does not (bf16_support() says which).
+//
+// This is the product under train.precision = "bf16" (kernels::gemm sends
+// its calls here while the matmul precision is kBf16): operands rounded to
+// bf16 (nearest even), products summed in float32, the result in float32 —
+// what PyTorch's CPU autocast does for a matmul. Results are a pure function
+// of the operands, the shapes and the thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradmesh::kernels {
+
+// C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, as gemm() (row
+// major; op(A) = A^T when trans_a, A stored [k, m]); A and B hold bf16 bits.
+// beta == 0 ignores C's contents.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The same on float32 operands, each rounded to bf16 first (into per-thread
+// scratch) — gemm()'s path under MatmulPrecision::kBf16.
+void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// What runs the bf16 products on this CPU.
+struct Bf16Support {
+  bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)
+  std::string isa;      // oneDNN's name of the instruction set it uses, e.g. "avx512_core_amx"
+  // One sentence for the start of a run, e.g. "bf16 products: oneDNN on
+  // avx512_core_amx (AMX bf16 tiles)" or "... emulated: this CPU has no bf16
+  // dot products".
+  std::string describe() const;
+};
+Bf16Support bf16_support();
+
+}  // namespace gradmesh::kernels
