@@ -60,7 +60,7 @@ def machine_line():
     lscpu = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout
     field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith(name)), "?")
     flags = field("Flags:").split()
-    wanted = [f for f in flags if f in ("avx2", "avx512f", "avx512bw", "avx512_bf16")]
+    wanted = [f for f in flags if f in ("avx2", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16")]
     return f"CPU: {field('Model name:')}, {os.cpu_count()} cores ({' '.join(wanted) or 'no avx2'})"
 
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -86,6 +88,55 @@ TEST_F(ServeCommand, WatchServesEachNewCheckpointOfTheRun) {
                                              dir_.path());
   EXPECT_EQ(nothing.exit_code, 2) << nothing.err;
   EXPECT_NE(nothing.err.find("no checkpoints directory to watch"), std::string::npos) << nothing.err;
+}
+
+// --precision bf16 scores the run's test set in both precisions before
+// serving, and the answers come from bf16 products: near float32's, and
+// not always equal to them.
+TEST_F(ServeCommand, Bf16ServingReportsTheAccuracyChangeAndAnswersCloseToFloat32) {
+  const CommandResult trained =
+      run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=r3 --set data.limit_train=384"
+                   " --set data.limit_test=64 --set output.report=false",
+                   dir_.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const Json image = {{"inputs", {{{"name", "input"}, {"shape", {2, 1, 28, 28}}, {"datatype", "FP32"},
+                                   {"data", [] {
+                                      std::vector<float> pixels(2 * 784);
+                                      for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 29) / 29.0f;
+                                      return pixels;
+                                    }()}}}}};
+  std::vector<std::vector<float>> logits;
+  for (const char* precision : {"fp32", "bf16"}) {
+    LauncherProcess server({"serve", "m=" + dir_.file("runs/r3"), "--port", "0", "--precision", precision},
+                           dir_.path(), std::string("serve-") + precision);
+    const int port = wait_for_listening_port(server);
+    ASSERT_GT(port, 0) << server.err();
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(20, 0);
+    auto r = c.Post("/v2/models/m/infer", image.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    logits.push_back(Json::parse(r->body)["outputs"][0]["data"].get<std::vector<float>>());
+    server.signal(SIGTERM);
+    EXPECT_EQ(server.wait(std::chrono::milliseconds(20'000)), 0) << server.err();
+    if (std::string(precision) == "bf16") {
+      EXPECT_NE(server.err().find("bf16 products: oneDNN on"), std::string::npos) << server.err();
+      EXPECT_NE(server.err().find("m in bf16: test accuracy "), std::string::npos) << server.err();
+      EXPECT_NE(server.err().find("over 64 targets of its test set"), std::string::npos) << server.err();
+    } else {
+      EXPECT_EQ(server.err().find("in bf16"), std::string::npos) << server.err();
+    }
+  }
+  ASSERT_EQ(logits[0].size(), 20u);
+  ASSERT_EQ(logits[1].size(), 20u);
+  EXPECT_NE(logits[0], logits[1]) << "bf16 products round";
+  float largest = 0;
+  for (const float v : logits[0]) largest = std::max(largest, std::abs(v));
+  // Three products of 8-bit operands: within a few percent of the largest output.
+  for (size_t i = 0; i < logits[0].size(); ++i) EXPECT_NEAR(logits[1][i], logits[0][i], 0.03f * largest + 0.01f) << i;
+  const CommandResult bad = run_gradmesh("serve m=" + dir_.file("runs/r3") + " --precision fp16 --port 0", dir_.path());
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--precision"), std::string::npos) << bad.err;
 }
 
 TEST_F(ServeCommand, BadArgumentsAreNamed) {

@@ -20,7 +20,9 @@
 #include "gradmesh/elastic/launch_options.h"
 #include "gradmesh/elastic/launcher.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 #include "gradmesh/train/config.h"
+#include "gradmesh/train/evaluate.h"
 #include "gradmesh/train/model_factory.h"
 #include "gradmesh/train/training_data.h"
 
@@ -92,11 +94,36 @@ void set_codec(serve::ServedModel& served, const std::shared_ptr<const data::Tok
   served.set_codec(std::move(codec));
 }
 
-std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, const std::string& config_override) {
+// --precision bf16: the model's own test set (its config's data) scored in
+// float32 and in bf16 before the first request, so the change is known.
+void report_bf16_change(const std::string& name, const ModelSetup& m, nn::Model& model) {
+  std::shared_ptr<const train::TrainingData> data;
+  try {
+    data = train::load_training_data(m.config, true);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: the change bf16 makes was not measured: its test set cannot be read (%s)\n", name.c_str(),
+                 e.what());
+    return;
+  }
+  if (!data->test) return;
+  kernels::set_matmul_precision(kernels::MatmulPrecision::kFp32);
+  const train::EvalResult f32 = train::evaluate(model, *data->test);
+  kernels::set_matmul_precision(kernels::MatmulPrecision::kBf16);
+  const train::EvalResult bf16 = train::evaluate(model, *data->test);
+  std::fprintf(stderr,
+               "%s in bf16: test accuracy %.4f (float32 %.4f, %+.4f), test loss %.4f (float32 %.4f) over %lld "
+               "targets of its test set\n",
+               name.c_str(), bf16.accuracy, f32.accuracy, bf16.accuracy - f32.accuracy, bf16.loss, f32.loss,
+               static_cast<long long>(bf16.samples));
+}
+
+std::shared_ptr<serve::ServedModel> load_served_model(const std::string& arg, const std::string& config_override,
+                                                      bool report_bf16 = false) {
   const auto [name, path] = name_and_path(arg);
   ModelSetup m = model_setup(path, config_override);
   std::unique_ptr<nn::Model> model = train::build_model(m.config.model, m.geometry, m.config.train.seed);
   const std::string version = load_weights_at(path, *model);
+  if (report_bf16) report_bf16_change(name, m, *model);
   auto served = std::make_shared<serve::ServedModel>(name, version, m.shape, std::move(model));
   set_codec(*served, m.vocab);
   return served;
@@ -191,6 +218,11 @@ int run_serve(ServeArgs args) {
   ::sigaction(SIGINT, &action, nullptr);
 
   kernels::set_num_threads(static_cast<int>(args.threads));
+  const bool bf16 = args.precision == "bf16";
+  if (bf16) {
+    kernels::set_matmul_precision(kernels::MatmulPrecision::kBf16);
+    std::fprintf(stderr, "%s\n", kernels::bf16_support().describe().c_str());
+  }
   if (!args.token_file.empty()) args.server.token = read_secret_file(args.token_file, "--token-file");
   args.server.max_body_bytes = args.max_body_mb << 20;
   std::vector<std::shared_ptr<serve::ServedModel>> models;
@@ -200,7 +232,7 @@ int run_serve(ServeArgs args) {
     if (!served) return 0;  // a rank other than 0: rank 0 stopped it
     models.push_back(std::move(served));
   } else {
-    for (const std::string& m : args.models) models.push_back(load_served_model(m, args.config));
+    for (const std::string& m : args.models) models.push_back(load_served_model(m, args.config, bf16));
   }
   serve::InferenceServer server(models, args.server);
   if (args.watch) {

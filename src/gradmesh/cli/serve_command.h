@@ -19,6 +19,7 @@ struct ServeArgs {
   std::string token_file;  // "" = no authentication
   int64_t max_body_mb = 64;
   int64_t threads = 1;     // compute threads of each forward pass
+  std::string precision = "fp32";  // "bf16": every product in bf16 (kernels::MatmulPrecision), float32 weights
   bool watch = false;      // hot reload: follow each model's checkpoints/latest
   double watch_interval = 1.0;
   // Sharded serving: one model split over pp x tp processes (--mesh), which
