@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradmesh/core/bf16.h"
@@ -88,6 +89,31 @@ TEST(GemmBf16, MatchesADoubleReferenceOfTheRoundedOperands) {
     // The padding of C is left alone.
     for (int64_t i = 0; i < t.m; ++i) ASSERT_TRUE(std::isnan(got[static_cast<size_t>(i * ldc + t.n)])) << what;
   }
+}
+
+// Ranks that are threads of one process, and a server's inference threads,
+// multiply at once: each product is the one it would be alone.
+TEST(GemmBf16, ThreadsMultiplyingAtOnceGetTheirOwnResults) {
+  constexpr int kThreads = 4;
+  // A Linear's forward: x [m, k] times w [n, k] transposed (oneDNN reorders w in its scratchpad).
+  constexpr int64_t m = 128, n = 256, k = 784;
+  std::vector<std::vector<uint16_t>> a(kThreads), b(kThreads);
+  std::vector<std::vector<float>> alone(kThreads), together(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    a[t] = to_bf16(bf16_exact_matrix(m, k, k, 100 + t));
+    b[t] = to_bf16(bf16_exact_matrix(n, k, k, 200 + t));
+    alone[t].assign(m * n, 0.0f);
+    gemm_bf16(false, true, m, n, k, 1.0f, a[t].data(), k, b[t].data(), k, 0.0f, alone[t].data(), n);
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      together[t].assign(m * n, 0.0f);
+      for (int round = 0; round < 20; ++round)
+        gemm_bf16(false, true, m, n, k, 1.0f, a[t].data(), k, b[t].data(), k, 0.0f, together[t].data(), n);
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(together[t], alone[t]) << "thread " << t;
 }
 
 TEST(GemmBf16, Float32OperandsAreRoundedToNearestEven) {

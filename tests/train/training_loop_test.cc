@@ -315,6 +315,20 @@ TEST_F(TrainingLoop, Bf16ProductsRerunAndResumeBitIdenticalAndStayCloseToFloat32
   EXPECT_EQ(train(config("f32-again"), 1), f32);
 }
 
+// bf16 products under ZeRO: the shards reduce and update float32 as the
+// whole buffer does, so stage 3 on two ranks trains plain data
+// parallelism's bf16 weights, and again the same bits on a rerun.
+TEST_F(TrainingLoop, Bf16ProductsUnderZeroStageThreeTrainPlainDataParallelismsWeights) {
+  const std::vector<std::string> bf16 = {"train.precision=\"bf16\"", "train.max_steps=8"};
+  const std::vector<float> plain = train(config("bf16-dp", bf16), 2);
+  ASSERT_FALSE(plain.empty());
+  std::vector<std::string> zero = bf16;
+  zero.push_back("parallel.zero=3");
+  const std::vector<float> sharded = train(config("bf16-z3", zero), 2);
+  EXPECT_LE(relative_difference(sharded, plain), 1e-6);
+  EXPECT_EQ(train(config("bf16-z3-again", zero), 2), sharded);
+}
+
 TEST_F(TrainingLoop, ZeroStagesTrainTheWeightsOfPlainDataParallelism) {
   const std::vector<std::string> clipped = {"optim.clip_grad_norm=1.0", "optim.weight_decay=0.001",
                                             "train.accum_steps=2", "train.max_steps=8"};

@@ -66,6 +66,11 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
   const dnnl::memory::desc b_md({k, n}, DataType::bf16, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, DataType::f32, Dims{ldc, 1});
   dnnl::primitive_attr attr;
+  // The library's own scratchpad is one per process unless oneDNN was built
+  // for concurrent execution, which Debian's is not: ranks or server threads
+  // multiplying at once overwrote each other's partial sums. Each calling
+  // thread passes its own (gemm_bf16 below).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops sum;
@@ -123,7 +128,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   dnnl::memory a_mem(matmul->pd.src_desc(), cpu_engine(), const_cast<uint16_t*>(a));
   dnnl::memory b_mem(matmul->pd.weights_desc(), cpu_engine(), const_cast<uint16_t*>(b));
   dnnl::memory c_mem(matmul->pd.dst_desc(), cpu_engine(), c);
-  matmul->primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  thread_local std::vector<unsigned char> scratch;
+  const dnnl::memory::desc scratch_md = matmul->pd.scratchpad_desc();
+  if (scratch.size() < scratch_md.get_size()) scratch.resize(scratch_md.get_size());
+  dnnl::memory scratch_mem(scratch_md, cpu_engine(), scratch.data());
+  matmul->primitive.execute(stream, {{DNNL_ARG_SRC, a_mem},
+                                     {DNNL_ARG_WEIGHTS, b_mem},
+                                     {DNNL_ARG_DST, c_mem},
+                                     {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   stream.wait();
 }
 
