@@ -56,11 +56,12 @@ struct Matmul {
 std::shared_ptr<const Matmul> matmul_for(const Key& key) {
   static std::mutex mutex;
   static std::map<Key, std::shared_ptr<const Matmul>> primitives;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = primitives.find(key);
-    if (it != primitives.end()) return it->second;
-  }
+  // Held while a primitive is made, too: oneDNN sets up its own primitive
+  // cache lazily on first use, and two threads making their first
+  // primitives at once raced there. Made once per shape, so waiting costs nothing.
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = primitives.find(key);
+  if (found != primitives.end()) return found->second;
   const auto [trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads] = key;
   const dnnl::memory::desc a_md({m, k}, DataType::bf16, trans_a ? Dims{1, lda} : Dims{lda, 1});
   const dnnl::memory::desc b_md({k, n}, DataType::bf16, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
@@ -80,7 +81,6 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
   const dnnl::matmul::desc desc(a_md, b_md, c_md);
   const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
   auto primitive = std::make_shared<const Matmul>(Matmul{pd, dnnl::matmul(pd)});
-  std::lock_guard<std::mutex> lock(mutex);
   if (primitives.size() >= kMaxPrimitives) primitives.clear();
   primitives.emplace(key, primitive);
   return primitive;
