@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/kernels/multiversion.h"
@@ -86,17 +87,11 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
   return primitive;
 }
 
-// float_to_bf16 (core/bf16.h) on n values, written without a branch so that
-// the compiler vectorises it: the same bits at every instruction-set level
-// (the CPU's own vcvtneps2bf16 would flush subnormals to zero).
+// float_to_bf16 on n values, compiled per ISA level: the compiler vectorises
+// the branch-free rounding, the same bits at every level (the CPU's own
+// vcvtneps2bf16 would flush subnormals to zero).
 GRADMESH_MULTIVERSION void round_values(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, in + i, sizeof bits);
-    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-    out[i] = static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
 }
 
 // `rows` x `cols` floats with leading dimension `ld`, rounded into `out` packed (leading dimension cols).
