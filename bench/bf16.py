@@ -8,18 +8,23 @@ On the same cores, alternating A B C D A B C D (medians of --runs):
   PyTorch 1.13 torch.autocast("cpu", dtype=torch.bfloat16)
 for the reference MLP and CNN (examples/mlp.toml, examples/cnn.toml: the
 models, optimizer, batch 128 and data of ../shared/anchors/torch_fmnist.py),
-one thread pinned to one core (taskset -c 0) and two threads on two cores.
+one thread pinned to one core (taskset -c 0) and two threads on two cores,
+and for the GPT of examples/gpt.toml against the same model in PyTorch
+(bench/gpt_speed.py's training measurement, one pinned core: fortunes'
+characters, batch 32 x 128, AdamW), with its validation loss after one
+epoch in both precisions (--only gptloss, two threads).
 Also the GEMM roofs of both precisions (gradmesh bench gemm, n = 2048) and
 each gradmesh run's achieved GEMM GFLOP/s as a fraction of its precision's
 roof, and the test accuracy after --epochs epochs in both precisions.
 
-usage: bench/bf16.py [--runs N] [--epochs N] [--only mlp1,mlp2,cnn1,accuracy]
+usage: bench/bf16.py [--runs N] [--epochs N] [--only mlp1,mlp2,cnn1,gpt1,accuracy,gptloss]
 Run with Debian's /usr/bin/python3 (the one with torch).
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loader import machine_line  # noqa: E402
+import gpt_speed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRADMESH = os.path.join(ROOT, "build", "gradmesh")
@@ -72,7 +77,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--cnn-steps", type=int, default=150, help="CNN speed runs stop after this many steps")
-    ap.add_argument("--only", default="mlp1,mlp2,cnn1,accuracy")
+    ap.add_argument("--gpt-steps", type=int, default=30, help="timed GPT steps (after gpt_speed's warm-up)")
+    ap.add_argument("--only", default="mlp1,mlp2,cnn1,gpt1,accuracy,gptloss")
     a = ap.parse_args()
     wanted = a.only.split(",")
     print(machine_line())
@@ -107,6 +113,8 @@ def main():
               f"| {med['of']:,.0f} | {med['ob']:,.0f} | {med['tf']:,.0f} | {med['tb']:,.0f} "
               f"| {med['ob'] / med['of']:.2f} | {med['ob'] / med['tb']:.2f} (target >= {target}) "
               f"| {gf['of'] / roofs[('f32', threads)][0]:.2f}, {gf['ob'] / roofs[('bf16', threads)][0]:.2f} |")
+    if "gpt1" in wanted:
+        gpt_rows(a)
     if "accuracy" in wanted:
         print()
         print(f"| test accuracy after {a.epochs} epochs, 1 thread | fp32 | bf16 | difference (target <= 0.005) |")
@@ -115,6 +123,48 @@ def main():
             f32 = ours(kind, 1, "fp32", epochs=a.epochs)[1]
             b16 = ours(kind, 1, "bf16", epochs=a.epochs)[1]
             print(f"| {kind.upper()} | {f32:.4f} | {b16:.4f} | {abs(f32 - b16):.4f} |")
+    if "gptloss" in wanted:
+        gpt_loss()
+
+
+def gpt_rows(a):
+    """GPT training tokens/s, one pinned core: gradmesh and PyTorch, float32 and bf16."""
+    rates = {k: [] for k in ("of", "ob", "tf", "tb")}
+    with tempfile.TemporaryDirectory() as tmp:
+        run([GRADMESH, "data", "prepare-text", "--vocab", "char", "--output", os.path.join(tmp, "tokens")])
+        for r in range(a.runs):
+            rates["of"].append(gpt_speed.gradmesh_train(tmp, a.gpt_steps, f"f{r}", "fp32"))
+            rates["ob"].append(gpt_speed.gradmesh_train(tmp, a.gpt_steps, f"b{r}", "bf16"))
+            rates["tf"].append(gpt_speed.torch_rate("train", tmp, a.gpt_steps, 0, "fp32"))
+            rates["tb"].append(gpt_speed.torch_rate("train", tmp, a.gpt_steps, 0, "bf16"))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"| GPT tokens/s, 1 thread (taskset -c 0) | {med['of']:,.0f} | {med['ob']:,.0f} | {med['tf']:,.0f} "
+          f"| {med['tb']:,.0f} | {med['ob'] / med['of']:.2f} | {med['ob'] / med['tb']:.2f} (target >= 1.5; "
+          f"fp32 / PyTorch fp32 {med['of'] / med['tf']:.2f}, target >= 1.5) | - |")
+
+
+def gpt_loss():
+    """Validation loss of examples/gpt.toml after one whole epoch, float32 and bf16, two threads."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        run([GRADMESH, "data", "prepare-text", "--vocab", "char", "--output", tokens])
+        losses = {}
+        for precision in ("fp32", "bf16"):
+            out = os.path.join(tmp, precision)
+            run(pin(2) + [GRADMESH, "train", os.path.join(ROOT, "examples", "gpt.toml"), "--set", "train.threads=2",
+                          "--set", "train.max_steps=0", "--set", f'train.precision="{precision}"',
+                          "--set", f"data.tokens={tokens}", "--set", f"output.dir={out}", "--set", "output.run_id=r",
+                          "--set", "output.report=false", "--set", "data.limit_test=0"],
+                env=dict(os.environ, GRADMESH_PROGRESS="off"))
+            with open(os.path.join(out, "r", "metrics.jsonl")) as f:
+                summary = [json.loads(l) for l in f if '"summary"' in l][-1]
+            losses[precision] = (summary["test_loss"], summary.get("steps", 0))
+    f32, b16 = losses["fp32"][0], losses["bf16"][0]
+    print()
+    print(f"| GPT validation loss after one epoch ({losses['fp32'][1]} steps), 2 threads | fp32 | bf16 "
+          f"| relative difference (target <= 0.02) |")
+    print("|---|---|---|---|")
+    print(f"| examples/gpt.toml, fortunes characters | {f32:.4f} | {b16:.4f} | {abs(b16 - f32) / f32:.4f} |")
 
 
 if __name__ == "__main__":

@@ -32,12 +32,13 @@ def run(cmd, env=None):
     return out
 
 
-def gradmesh_train(tmp, steps, run_id):
+def gradmesh_train(tmp, steps, run_id, precision="fp32"):
     """Tokens/s over the steps after the first WARMUP (from two runs' train_seconds)."""
     times = {}
     for n in (WARMUP, WARMUP + steps):
         out_dir = os.path.join(tmp, f"{run_id}-{n}")
         run(PIN + [GRADMESH, "train", os.path.join(ROOT, "examples", "gpt.toml"), "--set", "train.threads=1",
+                   "--set", f'train.precision="{precision}"',
                    "--set", f"train.max_steps={n}", "--set", "schedule.warmup_steps=1", "--set",
                    "train.eval_every_epoch=false", "--set", f"output.dir={out_dir}", "--set", "output.run_id=r",
                    "--set", "output.report=false", "--set", "output.trace_steps=0", "--set", "output.save_weights=false",
@@ -48,8 +49,10 @@ def gradmesh_train(tmp, steps, run_id):
     return steps * BATCH * CONFIG["block_size"] / (times[WARMUP + steps] - times[WARMUP])
 
 
-def torch_worker(mode, tmp, steps, tokens):
-    """Runs inside `taskset -c 0 python3 this --worker MODE`: prints tokens/s."""
+def torch_worker(mode, tmp, steps, tokens, precision="fp32"):
+    """Runs inside `taskset -c 0 python3 this --worker MODE`: prints tokens/s.
+    precision bf16: the forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)."""
+    import contextlib
     import torch
     import torch.nn.functional as F
     import gpt_torch as gt
@@ -67,7 +70,10 @@ def torch_worker(mode, tmp, steps, tokens):
         def step():
             starts = torch.randint(0, len(data) - T, (BATCH,), generator=gen)
             batch = torch.stack([data[s:s + T + 1] for s in starts.tolist()])
-            loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, vocab), batch[:, 1:].reshape(-1))
+            cast = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+                    else contextlib.nullcontext())
+            with cast:
+                loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, vocab), batch[:, 1:].reshape(-1))
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -107,9 +113,9 @@ def torch_worker(mode, tmp, steps, tokens):
     return tokens / (time.perf_counter() - t0)
 
 
-def torch_rate(mode, tmp, steps, tokens):
+def torch_rate(mode, tmp, steps, tokens, precision="fp32"):
     out = run(PIN + [sys.executable, os.path.abspath(__file__), "--worker", mode, "--tmp", tmp, "--steps", str(steps),
-                     "--tokens", str(tokens)])
+                     "--tokens", str(tokens), "--precision", precision])
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -127,9 +133,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--worker")
     ap.add_argument("--tmp")
+    ap.add_argument("--precision", default="fp32")
     args = ap.parse_args()
     if args.worker:
-        print(torch_worker(args.worker, args.tmp, args.steps, args.tokens))
+        print(torch_worker(args.worker, args.tmp, args.steps, args.tokens, args.precision))
         return 0
     import torch
     with tempfile.TemporaryDirectory() as tmp:

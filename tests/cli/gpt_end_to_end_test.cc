@@ -29,10 +29,11 @@ class GptEndToEnd : public ::testing::Test {
                                          dir_.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
-  CommandResult train(const std::string& run_id, const std::string& extra) {
-    return run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=" + run_id + kTiny +
-                            extra,
-                        dir_.path());
+  // `env`: assignments put before the command (NAME=value ...).
+  CommandResult train(const std::string& run_id, const std::string& extra, const std::string& env = "") {
+    return run_shell(env + " '" GRADMESH_BINARY "' train '" GRADMESH_SOURCE_DIR
+                           "/examples/mlp.toml' --set output.run_id=" + run_id + kTiny + extra,
+                     dir_.path());
   }
   TempDir dir_;
 };
@@ -107,6 +108,39 @@ TEST_F(GptEndToEnd, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
   EXPECT_NE(resumed.err.find("resuming from"), std::string::npos) << resumed.err;
   EXPECT_TRUE(read_text(dir_.file("runs/whole/model.safetensors")) ==
               read_text(dir_.file("runs/parts/model.safetensors")));
+}
+
+// The own kernels' copies for each instruction-set level train the same
+// bits, with fused multiply-adds (the default) and without
+// (train.portable_numerics); the two modes are near, not equal.
+TEST_F(GptEndToEnd, EveryInstructionSetLevelTrainsTheSameBitsInBothNumerics) {
+  const std::string steps = " --set train.max_steps=6 --set train.eval_every_epoch=false";
+  std::vector<float> by_mode[2];
+  for (const bool portable : {false, true}) {
+    const std::string mode = std::string(" --set train.portable_numerics=") + (portable ? "true" : "false");
+    const std::string tag = portable ? "portable" : "fused";
+    for (const char* level : {"avx512", "avx2", "baseline"}) {
+      const CommandResult r = train(tag + "-" + level, steps + mode, std::string("GRADMESH_MAX_CPU_ISA=") + level);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.err.find(portable ? "no fused multiply-add" : ", fused multiply-add"), std::string::npos) << r.err;
+      if (std::string(level) == "baseline") {
+        EXPECT_NE(r.err.find("own kernels: baseline"), std::string::npos) << r.err;
+      }
+      const std::vector<float> w = weights_of(dir_.file("runs/" + tag + "-" + level + "/model.safetensors"));
+      if (by_mode[portable].empty()) {
+        by_mode[portable] = w;
+      } else {
+        EXPECT_EQ(w, by_mode[portable]) << tag << " at " << level;
+      }
+    }
+  }
+  EXPECT_NE(by_mode[0], by_mode[1]);
+  EXPECT_LE(relative_difference(by_mode[0], by_mode[1]), 1e-4);
+
+  const CommandResult bad = train("bad-isa", steps, "GRADMESH_MAX_CPU_ISA=avx1024");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("GRADMESH_MAX_CPU_ISA"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("avx1024"), std::string::npos) << bad.err;
 }
 
 TEST_F(GptEndToEnd, MismatchedModelAndDataAreConfigErrors) {

@@ -200,6 +200,55 @@ TEST(CausalAttention, BitIdenticalForAnyThreadCount) {
   set_num_threads(before);
 }
 
+// train.precision = "bf16": the products take bf16 values (8 significant
+// bits), summed in float32. Against the float64 reference the output keeps
+// about two decimal digits; the gradients stay near float32's; decoding
+// still reproduces the forward's last row bit for bit.
+TEST(CausalAttention, Bf16ProductsStayNearTheReferenceAndDecodeStillMatches) {
+  const AttentionShape s{2, 45, 2, 20};
+  const int64_t C = width(s);
+  const std::vector<float> qkv = uniform(qkv_size(s), 90, -3.0f, 3.0f), dy = uniform(y_size(s), 91, -1.0f, 1.0f);
+  struct Result {
+    std::vector<float> y, lse, dqkv;
+  };
+  auto run = [&] {
+    Result r{std::vector<float>(y_size(s)), std::vector<float>(lse_size(s)), std::vector<float>(qkv.size())};
+    causal_attention_forward(qkv.data(), s, r.y.data(), r.lse.data());
+    causal_attention_backward(qkv.data(), r.y.data(), r.lse.data(), dy.data(), s, r.dqkv.data(), false);
+    return r;
+  };
+  const Result f32 = run();
+  set_matmul_precision(MatmulPrecision::kBf16);
+  const Result bf16 = run();
+  std::vector<float> out(static_cast<size_t>(C));
+  std::vector<float> k_cache(static_cast<size_t>(s.seq * C)), v_cache(k_cache.size());
+  for (int64_t t = 0; t < s.seq; ++t) {
+    std::memcpy(&k_cache[static_cast<size_t>(t * C)], &qkv[static_cast<size_t>(t * 3 * C + C)], sizeof(float) * C);
+    std::memcpy(&v_cache[static_cast<size_t>(t * C)], &qkv[static_cast<size_t>(t * 3 * C + 2 * C)], sizeof(float) * C);
+  }
+  attention_decode(&qkv[static_cast<size_t>((s.seq - 1) * 3 * C)], k_cache.data(), v_cache.data(), s.seq, s.heads,
+                   s.head_dim, out.data());
+  set_matmul_precision(MatmulPrecision::kFp32);
+  EXPECT_EQ(std::memcmp(out.data(), &bf16.y[static_cast<size_t>((s.seq - 1) * C)], sizeof(float) * C), 0);
+
+  std::vector<float> y_ref(y_size(s)), lse_ref(lse_size(s));
+  causal_attention_reference(qkv.data(), s, y_ref.data(), lse_ref.data());
+  double y_err = 0, f32_err = 0, grad_err = 0, grad_max = 0;
+  for (size_t i = 0; i < y_ref.size(); ++i) {
+    y_err = std::max(y_err, static_cast<double>(std::fabs(bf16.y[i] - y_ref[i])));
+    f32_err = std::max(f32_err, static_cast<double>(std::fabs(f32.y[i] - y_ref[i])));
+  }
+  for (size_t i = 0; i < f32.dqkv.size(); ++i) {
+    grad_err = std::max(grad_err, static_cast<double>(std::fabs(bf16.dqkv[i] - f32.dqkv[i])));
+    grad_max = std::max(grad_max, static_cast<double>(std::fabs(f32.dqkv[i])));
+  }
+  // |y| <= 3 and each operand carries up to 2^-9 relative error: a few 1e-2 at most.
+  EXPECT_LE(y_err, 5e-2);
+  EXPECT_GT(y_err, 10 * f32_err) << "the products did not round to bf16";
+  EXPECT_LE(grad_err, 5e-2 * grad_max);
+  EXPECT_GT(grad_err, 0.0);
+}
+
 TEST(CausalAttention, EmptyShapesTouchNothing) {
   std::vector<float> buffer(8, 7.0f);
   for (const AttentionShape& s : {AttentionShape{0, 4, 1, 8}, AttentionShape{2, 0, 1, 8}}) {

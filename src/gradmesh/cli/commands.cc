@@ -101,10 +101,13 @@ int run_train(const std::string& config_path, const std::vector<std::string>& ov
   const std::string own = s.resumed_from_step < 0 ? ""
                           : "; this process trained steps " + std::to_string(s.resumed_from_step + 1) + "-" +
                                 std::to_string(s.steps) + " (" + std::to_string(s.samples_this_process) + " samples)";
-  std::printf("trained %lld steps (%lld samples) on %d rank%s%s in %.1f s: %.0f samples/s%s, %.1f GEMM GFLOP/s\n",
+  char of_roof[48] = "";
+  if (s.gemm_roof_gflops > 0)
+    std::snprintf(of_roof, sizeof of_roof, " (%.2f of the roof)", s.gemm_gflops_per_s / s.gemm_roof_gflops);
+  std::printf("trained %lld steps (%lld samples) on %d rank%s%s in %.1f s: %.0f samples/s%s, %.1f GEMM GFLOP/s%s\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size,
               s.world_size == 1 ? "" : "s", own.c_str(), s.train_seconds, s.samples_per_s, tokens.c_str(),
-              s.gemm_gflops_per_s);
+              s.gemm_gflops_per_s, of_roof);
   if (s.restarts > 0 || s.checkpoints_failed > 0 || s.resumed_from_step >= 0)
     std::printf("the whole run: %d restart%s, %lld checkpoint%s saved, %lld failed\n", s.restarts,
                 s.restarts == 1 ? "" : "s", static_cast<long long>(s.checkpoints_saved),

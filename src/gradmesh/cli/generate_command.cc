@@ -10,6 +10,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/isa.h"
 #include "gradmesh/nn/generate.h"
 #include "gradmesh/train/config.h"
 #include "gradmesh/train/model_factory.h"
@@ -20,6 +21,7 @@ int run_generate(const GenerateArgs& args) {
   kernels::set_num_threads(static_cast<int>(args.threads));
   const std::string config_path = args.config.empty() ? find_run_config(args.checkpoint) : args.config;
   const train::Config config = train::load_config(config_path);
+  kernels::set_portable_numerics(config.train.portable_numerics);  // the arithmetic the model was trained in
   if (config.model.kind != "gpt")
     throw_error(ErrorKind::kConfig, config_path, "model.kind is \"" + config.model.kind + "\"; generate needs a gpt");
   const data::TokenSet vocab = data::read_token_set(config.data.tokens, static_cast<int>(config.model.vocab_size));

@@ -13,6 +13,8 @@ namespace gradmesh {
 const std::vector<EnvVar>& env_registry() {
   static const std::vector<EnvVar> vars = {
       {"GRADMESH_DEBUG", "INFO", "Log level: ERROR, WARN, INFO or TRACE. Logs go to stderr, prefixed with the rank."},
+      {"GRADMESH_MAX_CPU_ISA", "", "Caps the instruction-set level of gradmesh's own kernels: baseline, avx2 or avx512. Empty: the CPU's best. (oneDNN's own cap is ONEDNN_MAX_CPU_ISA.)"},
+      {"GRADMESH_ROOFS_CACHE", "", "Folder where the GEMM roofs printed at the start of a run are cached (measured once per CPU, thread count and BLAS setup). Empty: $XDG_CACHE_HOME/gradmesh, else ~/.cache/gradmesh. off: neither measured nor printed."},
       {"GRADMESH_NUM_THREADS", "", "Compute threads (BLAS and gradmesh's own kernels) when train.threads (or bench gemm --threads) is 0: an integer from 1 to 1024. Empty: all cores."},
       {"GRADMESH_ALLOC_CACHE", "1", "Reuse freed tensor storage of the same size (0 turns the cache off, e.g. for memory debugging)."},
       {"GRADMESH_DATA_DIR", "/usr/share/datasets/fashion-mnist", "Where data.dir defaults to: the Fashion-MNIST IDX files (Debian package dataset-fashion-mnist)."},

@@ -5,95 +5,132 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gradmesh/kernels/isa.h"
+#include "gradmesh/kernels/simd.h"
+
 namespace gradmesh::kernels {
 namespace {
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-// GELU in four lanes at a time, with exp and erf written out in GCC vector
-// arithmetic (selects instead of branches, no library calls): the libm calls
-// kept these loops scalar, a sixth of a GPT step. The same operations run at
-// every instruction-set level, so results do not depend on the CPU.
-typedef float F4 __attribute__((vector_size(16)));
-typedef int32_t I4 __attribute__((vector_size(16)));
-
-inline F4 splat(float v) { return F4{v, v, v, v}; }
+// GELU sixteen lanes at a time, with exp and erf written out in vector
+// arithmetic (selects instead of branches, no library calls), compiled per
+// ISA level (isa.h). kFma fuses the polynomial steps (the default numerics);
+// without it the operations are the FMA-free ones of portable numerics.
+using simd::Vec16;
+using simd::madd;
+using simd::splat;
+using I16 = int32_t __attribute__((vector_size(64)));
 
 // exp: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' degree-6
 // polynomial (relative error ~1e-7), 2^n put into the exponent bits.
-inline F4 exp4(F4 x) {
-  x = x < splat(-87.3f) ? splat(-87.3f) : x;
-  x = x > splat(88.7f) ? splat(88.7f) : x;
+template <bool kFma>
+[[gnu::always_inline]] inline Vec16 exp16(Vec16 x) {
+  x = x < -87.3f ? splat<Vec16>(-87.3f) : x;
+  x = x > 88.7f ? splat<Vec16>(88.7f) : x;
   // Round to nearest by adding and subtracting 1.5 * 2^23 (|n| < 2^22 here).
-  const F4 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const F4 r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two for the subtraction
-  F4 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const F4 e = p * r * r + r + 1.0f;
-  const I4 bits = (__builtin_convertvector(n, I4) + 127) << 23;
-  F4 scale;
+  const Vec16 n = madd<kFma>(x, splat<Vec16>(1.44269504088896341f), splat<Vec16>(12582912.0f)) - 12582912.0f;
+  // ln2 split in two for the subtraction
+  const Vec16 r = madd<kFma>(n, splat<Vec16>(2.12194440e-4f), madd<kFma>(-n, splat<Vec16>(0.693359375f), x));
+  Vec16 p = splat<Vec16>(1.9875691500e-4f);
+  p = madd<kFma>(p, r, splat<Vec16>(1.3981999507e-3f));
+  p = madd<kFma>(p, r, splat<Vec16>(8.3334519073e-3f));
+  p = madd<kFma>(p, r, splat<Vec16>(4.1665795894e-2f));
+  p = madd<kFma>(p, r, splat<Vec16>(1.6666665459e-1f));
+  p = madd<kFma>(p, r, splat<Vec16>(5.0000001201e-1f));
+  const Vec16 e = madd<kFma>(p * r, r, r) + 1.0f;
+  const I16 bits = (__builtin_convertvector(n, I16) + 127) << 23;
+  Vec16 scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return e * scale;
 }
 
 // erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), the
 // formula PyTorch's vectorised CPU erf uses.
-inline F4 erf4(F4 x) {
-  const F4 a = x < 0.0f ? -x : x;
-  const F4 t = 1.0f / (1.0f + 0.3275911f * a);
-  F4 p = splat(1.061405429f);
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const F4 y = 1.0f - p * t * exp4(-a * a);
+template <bool kFma>
+[[gnu::always_inline]] inline Vec16 erf16(Vec16 x) {
+  const Vec16 a = x < 0.0f ? -x : x;
+  const Vec16 t = 1.0f / madd<kFma>(splat<Vec16>(0.3275911f), a, splat<Vec16>(1.0f));
+  Vec16 p = splat<Vec16>(1.061405429f);
+  p = madd<kFma>(p, t, splat<Vec16>(-1.453152027f));
+  p = madd<kFma>(p, t, splat<Vec16>(1.421413741f));
+  p = madd<kFma>(p, t, splat<Vec16>(-0.284496736f));
+  p = madd<kFma>(p, t, splat<Vec16>(0.254829592f));
+  const Vec16 y = 1.0f - p * t * exp16<kFma>(-a * a);
   return x < 0.0f ? -y : y;
 }
 
-inline F4 gelu4(F4 x) { return 0.5f * x * (1.0f + erf4(x * kInvSqrt2)); }
-inline F4 gelu_grad4(F4 x) {
-  return 0.5f * (1.0f + erf4(x * kInvSqrt2)) + x * kInvSqrt2Pi * exp4(-0.5f * x * x);
+template <bool kFma>
+[[gnu::always_inline]] inline Vec16 gelu16(Vec16 x) {
+  return 0.5f * x * (1.0f + erf16<kFma>(x * kInvSqrt2));
+}
+template <bool kFma>
+[[gnu::always_inline]] inline Vec16 gelu_grad16(Vec16 x) {
+  return madd<kFma>(x * kInvSqrt2Pi, exp16<kFma>(-0.5f * x * x), 0.5f * (1.0f + erf16<kFma>(x * kInvSqrt2)));
 }
 
-// One group of four: out = f(x), times dy when kScaled, added to out when kAdd.
+// out[i] = f(x[i]) (kScaled: dy[i] * f(x[i]); kAdd: added to out[i]) for
+// one group of sixteen.
 template <bool kScaled, bool kAdd, class F>
-inline void group4(const float* x, const float* dy, float* out, F f) {
-  F4 xv, v;
-  std::memcpy(&xv, x, sizeof xv);
-  v = f(xv);
-  if constexpr (kScaled) {
-    F4 dv;
-    std::memcpy(&dv, dy, sizeof dv);
-    v = dv * v;
-  }
-  if constexpr (kAdd) {
-    F4 ov;
-    std::memcpy(&ov, out, sizeof ov);
-    v = ov + v;
-  }
-  std::memcpy(out, &v, sizeof v);
+[[gnu::always_inline]] inline void group16(const float* x, const float* dy, float* out, const F& f) {
+  Vec16 v = f(simd::load<Vec16>(x));
+  if constexpr (kScaled) v = simd::load<Vec16>(dy) * v;
+  if constexpr (kAdd) v = simd::load<Vec16>(out) + v;
+  simd::store(out, v);
 }
 
-// out[i] = f(x[i]) (kScaled: dy[i] * f(x[i]); kAdd: added to out[i]) in
-// groups of four; the last partial group goes through zero-padded copies.
+// The same over n elements; the last partial group goes through zero-padded copies.
 template <bool kScaled, bool kAdd, class F>
-void map4(const float* x, const float* dy, float* out, int64_t n, F f) {
-  const int64_t full = n / 4 * 4;
-  for (int64_t i = 0; i < full; i += 4) group4<kScaled, kAdd>(x + i, dy + (kScaled ? i : 0), out + i, f);
+[[gnu::always_inline]] inline void map16(const float* x, const float* dy, float* out, int64_t n, const F& f) {
+  const int64_t full = n / 16 * 16;
+  for (int64_t i = 0; i < full; i += 16) group16<kScaled, kAdd>(x + i, dy + (kScaled ? i : 0), out + i, f);
   if (full == n) return;
-  float xs[4] = {}, ds[4] = {}, os[4] = {};
+  float xs[16] = {}, ds[16] = {}, os[16] = {};
   const auto rest = static_cast<size_t>(n - full);
   std::memcpy(xs, x + full, rest * sizeof(float));
   if (kScaled) std::memcpy(ds, dy + full, rest * sizeof(float));
   if (kAdd) std::memcpy(os, out + full, rest * sizeof(float));
-  group4<kScaled, kAdd>(xs, ds, os, f);
+  group16<kScaled, kAdd>(xs, ds, os, f);
   std::memcpy(out + full, os, rest * sizeof(float));
 }
+
+// The per-group functions as types, not lambdas: a lambda's call operator
+// is compiled for the baseline and would hand a 64-byte vector back to an
+// AVX-512 copy through a different calling convention.
+template <bool kFma>
+struct Gelu {
+  [[gnu::always_inline]] Vec16 operator()(const Vec16& v) const { return gelu16<kFma>(v); }
+};
+template <bool kFma>
+struct GeluGrad {
+  [[gnu::always_inline]] Vec16 operator()(const Vec16& v) const { return gelu_grad16<kFma>(v); }
+};
+
+template <bool kFma>
+[[gnu::always_inline]] inline void gelu_forward_numerics(const float* x, float* y, int64_t n) {
+  map16<false, false>(x, nullptr, y, n, Gelu<kFma>{});
+}
+template <bool kFma>
+[[gnu::always_inline]] inline void gelu_backward_numerics(const float* x, const float* dy, float* dx, int64_t n,
+                                                          bool accumulate) {
+  if (accumulate) map16<true, true>(x, dy, dx, n, GeluGrad<kFma>{});
+  else map16<true, false>(x, dy, dx, n, GeluGrad<kFma>{});
+}
+
+[[gnu::always_inline]] inline void gelu_forward_body(const float* x, float* y, int64_t n, bool fma) {
+  if (fma) gelu_forward_numerics<true>(x, y, n);
+  else gelu_forward_numerics<false>(x, y, n);
+}
+[[gnu::always_inline]] inline void gelu_backward_body(const float* x, const float* dy, float* dx, int64_t n,
+                                                      bool accumulate, bool fma) {
+  if (fma) gelu_backward_numerics<true>(x, dy, dx, n, accumulate);
+  else gelu_backward_numerics<false>(x, dy, dx, n, accumulate);
+}
+
+GRADMESH_ISA_VARIANTS(gelu_forward, (const float* x, float* y, int64_t n, bool fma), (x, y, n, fma))
+GRADMESH_ISA_VARIANTS(gelu_backward, (const float* x, const float* dy, float* dx, int64_t n, bool accumulate, bool fma),
+                      (x, dy, dx, n, accumulate, fma))
 
 // Writes or adds `value(i)` into dx; the branch on `accumulate` sits outside the loop.
 template <typename F>
@@ -126,7 +163,7 @@ void activation_forward(Activation act, const float* x, float* y, int64_t n) {
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
       return;
     case Activation::kGelu:
-      map4<false, false>(x, nullptr, y, n, gelu4);
+      gelu_forward(x, y, n, !portable_numerics());
       return;
     case Activation::kTanh:
       for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
@@ -144,8 +181,7 @@ void activation_backward(Activation act, const float* x, const float* y, const f
       store_grad(dx, n, accumulate, [&](int64_t i) { return y[i] > 0.0f ? dy[i] : 0.0f; });
       return;
     case Activation::kGelu:
-      if (accumulate) map4<true, true>(x, dy, dx, n, gelu_grad4);
-      else map4<true, false>(x, dy, dx, n, gelu_grad4);
+      gelu_backward(x, dy, dx, n, accumulate, !portable_numerics());
       return;
     case Activation::kTanh:
       store_grad(dx, n, accumulate, [&](int64_t i) { return dy[i] * (1.0f - y[i] * y[i]); });

@@ -5,7 +5,6 @@
 // AVX-512 (emitted once per translation unit) does not apply.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
-#pragma GCC optimize("fp-contract=off")
 #endif
 
 #include <algorithm>
@@ -18,14 +17,13 @@
 #include "gradmesh/kernels/winograd_simd.h"
 
 // The build targets baseline x86-64, so the batch loops (and the Vec code
-// inlined into them) are compiled once per ISA level and picked at load time
-// from the CPU (GNU ifunc); the baseline clone is the SSE2 fallback. Vec
-// arithmetic is lane-wise, and contracting a * b + c into an FMA (which
-// GCC does by default where the ISA has one, AVX-512 here) is switched off
-// for this file, so every clone produces bit-identical results: training
-// reruns match across machines with and without AVX-512.
-// Defining GRADMESH_MULTIVERSION empty builds the baseline code alone.
-#include "gradmesh/kernels/multiversion.h"
+// inlined into them) are compiled once per ISA level (kernels/isa.h); the
+// baseline copy is the SSE2 fallback. Vec arithmetic is lane-wise and never
+// fused into FMA (the transforms are additions and a few products, so
+// fusing would gain little), so every copy produces bit-identical results
+// in both numerics modes: training reruns match across machines with and
+// without AVX-512.
+#include "gradmesh/kernels/isa.h"
 
 namespace gradmesh::kernels {
 namespace {
@@ -105,34 +103,48 @@ template <int M>
   }
 }
 
-// The ISA-dispatched entry points (target_clones takes plain functions).
-GRADMESH_MULTIVERSION
-void input_transform_block(const ConvGeometry& g, const Tiling& t, const float* x, int64_t n0, int64_t count,
-                           float* v) {
+// The ISA-dispatched entry points (kernels/isa.h).
+[[gnu::always_inline]] inline void input_transform_block_body(const ConvGeometry& g, const Tiling& t, const float* x,
+                                                              int64_t n0, int64_t count, float* v) {
   if (t.m == 4) return input_transform<4>(g, t, x, n0, count, v);
   input_transform<2>(g, t, x, n0, count, v);
 }
+GRADMESH_ISA_VARIANTS(input_transform_block,
+                      (const ConvGeometry& g, const Tiling& t, const float* x, int64_t n0, int64_t count, float* v),
+                      (g, t, x, n0, count, v))
 
-GRADMESH_MULTIVERSION
-void output_transform_block(const ConvGeometry& g, const Tiling& t, const float* m, const float* bias,
-                            Activation act, bool cm_out, int64_t n0, int64_t count, float* y) {
+[[gnu::always_inline]] inline void output_transform_block_body(const ConvGeometry& g, const Tiling& t, const float* m,
+                                                               const float* bias, Activation act, bool cm_out,
+                                                               int64_t n0, int64_t count, float* y) {
   if (t.m == 4) return output_transform<4>(g, t, m, bias, act, cm_out, n0, count, y);
   output_transform<2>(g, t, m, bias, act, cm_out, n0, count, y);
 }
+GRADMESH_ISA_VARIANTS(output_transform_block,
+                      (const ConvGeometry& g, const Tiling& t, const float* m, const float* bias, Activation act,
+                       bool cm_out, int64_t n0, int64_t count, float* y),
+                      (g, t, m, bias, act, cm_out, n0, count, y))
 
-GRADMESH_MULTIVERSION
-void output_grad_transform_block(const ConvGeometry& g, const Tiling& t, const float* dy, const float* y,
-                                 bool cm_out, int64_t n0, int64_t count, float* dm, float* db) {
+[[gnu::always_inline]] inline void output_grad_transform_block_body(const ConvGeometry& g, const Tiling& t,
+                                                                    const float* dy, const float* y, bool cm_out,
+                                                                    int64_t n0, int64_t count, float* dm, float* db) {
   if (t.m == 4) return output_grad_transform<4>(g, t, dy, y, cm_out, n0, count, dm, db);
   output_grad_transform<2>(g, t, dy, y, cm_out, n0, count, dm, db);
 }
+GRADMESH_ISA_VARIANTS(output_grad_transform_block,
+                      (const ConvGeometry& g, const Tiling& t, const float* dy, const float* y, bool cm_out,
+                       int64_t n0, int64_t count, float* dm, float* db),
+                      (g, t, dy, y, cm_out, n0, count, dm, db))
 
-GRADMESH_MULTIVERSION
-void input_grad_transform_block(const ConvGeometry& g, const Tiling& t, const float* dv, int64_t n0,
-                                int64_t count, float* dx, bool accumulate) {
+[[gnu::always_inline]] inline void input_grad_transform_block_body(const ConvGeometry& g, const Tiling& t,
+                                                                   const float* dv, int64_t n0, int64_t count,
+                                                                   float* dx, bool accumulate) {
   if (t.m == 4) return input_grad_transform<4>(g, t, dv, n0, count, dx, accumulate);
   input_grad_transform<2>(g, t, dv, n0, count, dx, accumulate);
 }
+GRADMESH_ISA_VARIANTS(input_grad_transform_block,
+                      (const ConvGeometry& g, const Tiling& t, const float* dv, int64_t n0, int64_t count, float* dx,
+                       bool accumulate),
+                      (g, t, dv, n0, count, dx, accumulate))
 
 template <int M>
 void weights_for(const ConvGeometry& g, const float* w, float* u) {

@@ -19,7 +19,7 @@
 #include "gradmesh/core/bf16.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/gemm.h"
-#include "gradmesh/kernels/multiversion.h"
+#include "gradmesh/kernels/isa.h"
 
 namespace gradmesh::kernels {
 
@@ -90,9 +90,10 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
 // float_to_bf16 on n values, compiled per ISA level: the compiler vectorises
 // the branch-free rounding, the same bits at every level (the CPU's own
 // vcvtneps2bf16 would flush subnormals to zero).
-GRADMESH_MULTIVERSION void round_values(const float* in, uint16_t* out, int64_t n) {
+[[gnu::always_inline]] inline void round_values_body(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
 }
+GRADMESH_ISA_VARIANTS(round_values, (const float* in, uint16_t* out, int64_t n), (in, out, n))
 
 // `rows` x `cols` floats with leading dimension `ld`, rounded into `out` packed (leading dimension cols).
 void round_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {

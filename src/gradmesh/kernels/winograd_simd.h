@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gradmesh/kernels/conv.h"
+#include "gradmesh/kernels/simd.h"
 
 namespace gradmesh::kernels::winograd_detail {
 
@@ -55,16 +56,8 @@ inline Tiling tiling(const ConvGeometry& g, int m) {
 using Vec = float __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
 
-template <class V>
-[[gnu::always_inline]] inline V load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-template <class V>
-[[gnu::always_inline]] inline void store(float* p, const V& v) {
-  std::memcpy(p, &v, sizeof(V));
-}
+using simd::load;
+using simd::store;
 template <class V>
 [[gnu::always_inline]] inline V relu_of(const V& r) {
   if constexpr (std::is_same_v<V, float>) {

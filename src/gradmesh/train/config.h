@@ -104,6 +104,7 @@ struct TrainConfig {
   int64_t accum_steps;  // micro-steps per optimizer step
   int64_t threads;      // 0 = all cores
   std::string precision;  // "fp32" | "bf16": what the matrix products multiply in (kernels::MatmulPrecision)
+  bool portable_numerics;  // own kernels without fused multiply-add (kernels/isa.h)
   int64_t log_every;
   bool eval_every_epoch;
   std::string init_from;  // safetensors file, "" = random init from seed

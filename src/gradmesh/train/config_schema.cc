@@ -187,6 +187,7 @@ std::vector<KeySpec> build_schema() {
     key<&TrainConfig::accum_steps>("accum_steps", 1, closed(1, kMaxAccumSteps), "Gradient accumulation: micro-steps per optimizer step."),
     key<&TrainConfig::threads>("threads", 1, closed(0, kMaxThreads), "Compute threads for BLAS and kernels (0 = $GRADMESH_NUM_THREADS, else all cores)."),
     key<&TrainConfig::precision>("precision", "fp32", one_of({"fp32", "bf16"}), "What the matrix products (every Linear, convolution and attention product) multiply in: fp32, or bf16 operands with float32 sums through oneDNN on the CPU's bf16 dot products (AVX512_BF16, AMX; emulated and said so where missing). Weights, optimizer state, gradients' reductions and checkpoints stay float32 (docs/engine.md)."),
+    key<&TrainConfig::portable_numerics>("portable_numerics", false, any(), "true: gradmesh's own float32 kernels (attention, GELU, LayerNorm) use no fused multiply-add, the arithmetic of earlier releases (fast on CPUs without FMA). false: they fuse multiply-adds explicitly, faster where the CPU has FMA. Either way the bits are the same at every instruction-set level (docs/engine.md)."),
     key<&TrainConfig::log_every>("log_every", 50, closed(1, kMaxSteps), "Log a metrics line every N optimizer steps."),
     key<&TrainConfig::eval_every_epoch>("eval_every_epoch", true, any(), "Evaluate on the test set after every epoch."),
     key<&TrainConfig::init_from>("init_from", "", any(), "Safetensors file with initial weights (empty = random init from train.seed)."),

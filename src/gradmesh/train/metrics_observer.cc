@@ -140,7 +140,8 @@ void MetricsObserver::finished(const TrainSummary& s, const CheckpointFigures& c
   line.add("type", "summary").add("steps", s.steps).add("samples", s.samples)
       .add("samples_this_process", s.samples_this_process).add("world_size", s.world_size).add("restarts", s.restarts)
       .add("train_seconds", s.train_seconds).add("samples_per_s", s.samples_per_s).add("tokens_per_s", s.tokens_per_s)
-      .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("final_train_loss", s.final_train_loss)
+      .add("gemm_gflops_per_s", s.gemm_gflops_per_s).add("gemm_roof_gflops", s.gemm_roof_gflops)
+      .add("final_train_loss", s.final_train_loss)
       .add("exposed_comm_share", s.exposed_comm_share)
       .add("peak_rss_bytes", static_cast<int64_t>(*std::max_element(s.peak_rss_bytes_per_rank.begin(),
                                                                       s.peak_rss_bytes_per_rank.end())))

@@ -1,6 +1,8 @@
 #include "gradmesh/train/trainer.h"
 
 #include "gradmesh/kernels/gemm_bf16.h"
+#include "gradmesh/kernels/isa.h"
+#include "gradmesh/train/gemm_roofs.h"
 #include "gradmesh/train/training_run.h"
 
 namespace gradmesh::train {
@@ -64,6 +66,7 @@ TrainingRun::TrainingRun(const Config& config, std::FILE* progress_stream, std::
   kernels::set_num_threads(static_cast<int>(tc_.threads));
   kernels::set_matmul_precision(tc_.precision == "bf16" ? kernels::MatmulPrecision::kBf16
                                                         : kernels::MatmulPrecision::kFp32);
+  kernels::set_portable_numerics(tc_.portable_numerics);
   // A replacement gets its state from the survivors, who do not repeat the start-up collectives.
   prepared_ = options_.replacement ? prepare_replacement(config_, world_size_) : prepare_rank(config_, group_);
   adopt_dp_group(prepared_.dp_group ? prepared_.dp_group : group_);
@@ -201,6 +204,12 @@ void TrainingRun::open_outputs() {
   if (leader_) {
     write_file_atomically(summary_.run_dir + "/config.toml", config_to_toml(config_));
     open_metrics(resumed || options_.generation > 0);
+    progress_.notice(kernels::describe_numerics(), false);
+    const GemmRoofs roofs = gemm_roofs();
+    if (roofs.known) {
+      progress_.notice(describe(roofs), false);
+      summary_.gemm_roof_gflops = tc_.precision == "bf16" ? roofs.bf16_gflops : roofs.f32_gflops;
+    }
     if (tc_.precision == "bf16") {
       const kernels::Bf16Support bf16 = kernels::bf16_support();
       progress_.notice(bf16.describe(), !bf16.native);

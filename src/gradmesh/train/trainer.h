@@ -34,6 +34,7 @@ struct TrainSummary {
   double samples_per_s = 0;    // global
   double tokens_per_s = 0;     // global, language models only (samples_per_s * block_size)
   double gemm_gflops_per_s = 0;  // this rank's GEMM work in the step loop / train_seconds
+  double gemm_roof_gflops = 0;   // the GEMM roof of the run's precision and thread count (0: not measured)
   double exposed_comm_share = 0;  // mean over ranks of time waiting for gradients / step time
   // Pipeline stages (rank 0's view over the logged intervals): each rank's
   // idle share of the pipeline's window (1 - its forward and backward time /

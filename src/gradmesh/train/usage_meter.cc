@@ -11,6 +11,7 @@
 #include "gradmesh/comm/process_group.h"
 #include "gradmesh/comm/traffic_meter.h"
 #include "gradmesh/core/clock.h"
+#include "gradmesh/core/error.h"
 #include "gradmesh/core/log.h"
 #include "gradmesh/core/resource_usage.h"
 #include "gradmesh/obs/run_log.h"
