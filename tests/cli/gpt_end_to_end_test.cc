@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "parallel/trained_weights.h"
+#include "train/zero_runs.h"
 #include "run_command.h"
 
 namespace gradmesh::testing {
@@ -141,6 +142,25 @@ TEST_F(GptEndToEnd, EveryInstructionSetLevelTrainsTheSameBitsInBothNumerics) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("GRADMESH_MAX_CPU_ISA"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("avx1024"), std::string::npos) << bad.err;
+}
+
+// A CPU without AVX-512 (emulated: oneDNN and the own kernels capped at
+// AVX2) has no oneDNN bf16 matmul: bf16 runs multiply bf16 values through
+// OpenBLAS instead, say so, and train as the native bf16 run does (their
+// sums go in another order, so losses agree, not bits).
+TEST_F(GptEndToEnd, Bf16WithoutOneDnnBf16MultipliesBf16ValuesThroughOpenBlas) {
+  const std::string bf16 = " --set train.max_steps=20 --set train.eval_every_epoch=false --set train.precision=\"bf16\"";
+  const CommandResult native = train("native", bf16);
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  const CommandResult avx2 = train("avx2", bf16, "ONEDNN_MAX_CPU_ISA=AVX2 GRADMESH_MAX_CPU_ISA=avx2");
+  ASSERT_EQ(avx2.exit_code, 0) << avx2.err;
+  EXPECT_NE(avx2.err.find("oneDNN has no bf16 matmul on avx2"), std::string::npos) << avx2.err;
+  const auto loss = [&](const std::string& id) {
+    return last_metrics_line(dir_.file("runs/" + id), "summary")["final_train_loss"].get<double>();
+  };
+  EXPECT_NEAR(loss("avx2"), loss("native"), 1e-2 * loss("native"));
+  ASSERT_EQ(train("f32", " --set train.max_steps=20 --set train.eval_every_epoch=false").exit_code, 0);
+  EXPECT_NE(loss("avx2"), loss("f32")) << "the fallback multiplied unrounded values";
 }
 
 TEST_F(GptEndToEnd, MismatchedModelAndDataAreConfigErrors) {

@@ -89,6 +89,17 @@ TEST_F(PipelineTraining, EveryScheduleAndLayoutTrainsTheWeightsOfOneProcess) {
   EXPECT_NE(html.find("(p-1)/(m+p-1) = 0.200"), std::string::npos);
 }
 
+// bf16 products through a two-stage pipeline: each micro-batch's rows round
+// as the whole batch's do, and the losses agree; the weights part where
+// gradients are bf16 rounding noise that AdamW scales up (see
+// TensorParallelTraining.Bf16ProductsSplitAcrossRanksTrainLikeOneBf16Process).
+TEST_F(PipelineTraining, Bf16ProductsThroughStagesTrainLikeOneBf16Process) {
+  const std::string bf16 = " --set train.precision=\"bf16\" --set train.eval_every_epoch=true";
+  train_ok("one-bf16", bf16);
+  train_ok("pp2-bf16", bf16 + " --set parallel.mesh.pp=2 --nproc-per-node 2");
+  EXPECT_NEAR(test_loss("pp2-bf16"), test_loss("one-bf16"), 5e-3 * test_loss("one-bf16"));
+}
+
 TEST_F(PipelineTraining, CheckpointsJoinIntoTheWholeModelAndResumeUnderAnyLayout) {
   const std::string every10 = " --set checkpoint.every_steps=10 --set checkpoint.keep_last=0";
   const std::string pp2 = " --set parallel.mesh.pp=2 --nproc-per-node 2";

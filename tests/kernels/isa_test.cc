@@ -132,6 +132,53 @@ TEST_F(IsaLevels, LayerNormForwardAndBackward) {
   }
 }
 
+// The autograd op asks for every gradient in one call when it can: the
+// same bits as one call per gradient, in both modes.
+TEST_F(IsaLevels, LayerNormGradientsInOneCallEqualOneCallEach) {
+  const int64_t rows = 6, cols = 45;
+  const std::vector<float> x = random_values(rows * cols, 13), gamma = random_values(cols, 14),
+                           dy = random_values(rows * cols, 15);
+  for (const bool portable : {true, false}) {
+    set_portable_numerics(portable);
+    std::vector<float> y(x.size()), mean(rows), rstd(rows);
+    layer_norm_forward(x.data(), gamma.data(), nullptr, rows, cols, 1e-5f, y.data(), mean.data(), rstd.data());
+    std::vector<float> dx1(x.size(), 1.0f), dg1(cols, 2.0f), db1(cols, 3.0f);
+    std::vector<float> dx3 = dx1, dg3 = dg1, db3 = db1;
+    layer_norm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), rows, cols, dx1.data(), true,
+                        dg1.data(), db1.data(), true);
+    layer_norm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), rows, cols, nullptr, false,
+                        dg3.data(), nullptr, true);
+    layer_norm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), rows, cols, nullptr, false,
+                        nullptr, db3.data(), true);
+    layer_norm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), rows, cols, dx3.data(), true,
+                        nullptr, nullptr, true);
+    EXPECT_EQ(dx1, dx3) << portable;
+    EXPECT_EQ(dg1, dg3) << portable;
+    EXPECT_EQ(db1, db3) << portable;
+  }
+}
+
+TEST_F(IsaLevels, BiasColumnSumsAndAdditions) {
+  const int64_t rows = 7, cols = 53;
+  const std::vector<float> x = random_values(rows * cols, 16), bias = random_values(cols, 17),
+                           other = random_values(rows * cols, 18);
+  check("bias, column sums, additions", [&] {
+    Outputs out(5);
+    out[0] = x;
+    bias_rows_forward(out[0].data(), bias.data(), rows, cols, Activation::kNone);
+    out[1] = x;
+    bias_rows_forward(out[1].data(), bias.data(), rows, cols, Activation::kRelu);
+    out[2].assign(static_cast<size_t>(cols), 0.5f);
+    column_sums(x.data(), rows, cols, out[2].data(), true);
+    out[3].resize(x.size());
+    add_sum(x.data(), other.data(), out[3].data(), rows * cols);
+    out[4] = x;
+    add_into(out[4].data(), other.data(), rows * cols, true);
+    EXPECT_EQ(out[3], out[4]);
+    return out;
+  }, 0.0);
+}
+
 TEST_F(IsaLevels, AttentionForwardBackwardAndDecode) {
   // T = 45: a diagonal tile cut by the sequence's end; D = 20: 16 + 4 columns.
   const AttentionShape s{2, 45, 3, 20};

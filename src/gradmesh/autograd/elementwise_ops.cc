@@ -72,8 +72,8 @@ Variable add(const Variable& a, const Variable& b) {
   if (a.shape() != b.shape())
     throw_error(ErrorKind::kShape, "add", shape_str(a.shape()) + " + " + shape_str(b.shape()));
   const int64_t n = a.value().numel();
-  Tensor y = a.value().clone();
-  kernels::add_into(y.data(), b.value().data(), n, true);
+  Tensor y = Tensor::empty(a.shape());
+  kernels::add_sum(a.value().data(), b.value().data(), y.data(), n);
   Variable result(std::move(y));
   if (!should_record({&a, &b})) return result;
   auto as = a.state(), bs = b.state(), ys = result.state();

@@ -26,25 +26,35 @@ Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& be
   if (gs) inputs.push_back(gs);
   if (bs) inputs.push_back(bs);
   current_tape().record(std::move(inputs), ys, [=] {
-    // Gamma and beta share one accumulate decision per call, so each is handled on its own pass.
+    // One pass computes every gradient asked for (each the same bits as alone);
+    // gamma and beta share the call's accumulate decision, so they go
+    // together only when their gradients agree on it (they do in a plain
+    // step: both first written, or both accumulated).
     const float* gamma_data = gs ? gs->value.data() : nullptr;
     const float* mean = stats.data();
     const float* rstd = stats.data() + rows;
-    if (gs && gs->requires_grad) {
-      GradTarget t = grad_target(*gs);
-      kernels::layer_norm_backward(xs->value.data(), gamma_data, mean, rstd, ys->grad.data(), rows, cols, nullptr,
-                                   false, t.data, nullptr, t.accumulate);
+    const float* x_data = xs->value.data();
+    const float* dy = ys->grad.data();
+    GradTarget tg{}, tb{}, tx{};
+    const bool want_g = gs && gs->requires_grad, want_b = bs && bs->requires_grad;
+    if (want_g) tg = grad_target(*gs);
+    if (want_b) tb = grad_target(*bs);
+    if (xs->requires_grad) tx = grad_target(*xs);
+    const bool together = want_g && want_b && tg.accumulate == tb.accumulate;
+    if (together) {
+      kernels::layer_norm_backward(x_data, gamma_data, mean, rstd, dy, rows, cols, tx.data, tx.accumulate, tg.data,
+                                   tb.data, tg.accumulate);
+      return;
     }
-    if (bs && bs->requires_grad) {
-      GradTarget t = grad_target(*bs);
-      kernels::layer_norm_backward(xs->value.data(), gamma_data, mean, rstd, ys->grad.data(), rows, cols, nullptr,
-                                   false, nullptr, t.data, t.accumulate);
-    }
-    if (xs->requires_grad) {
-      GradTarget t = grad_target(*xs);
-      kernels::layer_norm_backward(xs->value.data(), gamma_data, mean, rstd, ys->grad.data(), rows, cols, t.data,
-                                   t.accumulate, nullptr, nullptr, true);
-    }
+    if (want_g)
+      kernels::layer_norm_backward(x_data, gamma_data, mean, rstd, dy, rows, cols, nullptr, false, tg.data, nullptr,
+                                   tg.accumulate);
+    if (want_b)
+      kernels::layer_norm_backward(x_data, gamma_data, mean, rstd, dy, rows, cols, nullptr, false, nullptr, tb.data,
+                                   tb.accumulate);
+    if (tx.data)
+      kernels::layer_norm_backward(x_data, gamma_data, mean, rstd, dy, rows, cols, tx.data, tx.accumulate, nullptr,
+                                   nullptr, true);
   });
   return result;
 }

@@ -132,6 +132,40 @@ GRADMESH_ISA_VARIANTS(gelu_forward, (const float* x, float* y, int64_t n, bool f
 GRADMESH_ISA_VARIANTS(gelu_backward, (const float* x, const float* dy, float* dx, int64_t n, bool accumulate, bool fma),
                       (x, dy, dx, n, accumulate, fma))
 
+// The memory-bound loops of Linear and the residual stream, compiled per
+// level (isa.h) so they run in the widest vectors: each output is the same
+// sequence of operations at every width (column sums add the rows in order).
+[[gnu::always_inline]] inline void bias_rows_body(float* y, const float* bias, int64_t rows, int64_t cols, bool relu) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = y + r * cols;
+    if (relu) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = row[c] + bias[c];
+        row[c] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+    }
+  }
+}
+GRADMESH_ISA_VARIANTS(bias_rows, (float* y, const float* bias, int64_t rows, int64_t cols, bool relu),
+                      (y, bias, rows, cols, relu))
+
+[[gnu::always_inline]] inline void column_sums_into_body(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict row = x + r * cols;
+    float* __restrict o = out;
+    for (int64_t c = 0; c < cols; ++c) o[c] += row[c];
+  }
+}
+GRADMESH_ISA_VARIANTS(column_sums_into, (const float* x, int64_t rows, int64_t cols, float* out), (x, rows, cols, out))
+
+// y = a + b; y may be a or b.
+[[gnu::always_inline]] inline void add_two_body(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+GRADMESH_ISA_VARIANTS(add_two, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n))
+
 // Writes or adds `value(i)` into dx; the branch on `accumulate` sits outside the loop.
 template <typename F>
 inline void store_grad(float* __restrict dx, int64_t n, bool accumulate, F value) {
@@ -190,17 +224,7 @@ void activation_backward(Activation act, const float* x, const float* y, const f
 }
 
 void bias_rows_forward(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* __restrict row = y + r * cols;
-    if (act == Activation::kRelu) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float v = row[c] + bias[c];
-        row[c] = v > 0.0f ? v : 0.0f;
-      }
-    } else {
-      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
-    }
-  }
+  bias_rows(y, bias, rows, cols, act == Activation::kRelu);
 }
 
 void relu_mask_inplace(float* dy, const float* y, int64_t n) {
@@ -209,10 +233,7 @@ void relu_mask_inplace(float* dy, const float* y, int64_t n) {
 
 void column_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate) {
   if (!accumulate) std::memset(out, 0, static_cast<size_t>(cols) * sizeof(float));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict row = x + r * cols;
-    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
-  }
+  column_sums_into(x, rows, cols, out);
 }
 
 void row_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate) {
@@ -232,11 +253,13 @@ void row_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accum
 
 void add_into(float* y, const float* x, int64_t n, bool accumulate) {
   if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    add_two(y, x, y, n);
   } else if (x != y) {
     std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
   }
 }
+
+void add_sum(const float* a, const float* b, float* y, int64_t n) { add_two(a, b, y, n); }
 
 void scale_inplace(float* y, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= alpha;

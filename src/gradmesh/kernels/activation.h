@@ -35,6 +35,8 @@ void row_sums(const float* x, int64_t rows, int64_t cols, float* out, bool accum
 
 // y (+)= x  /  y = alpha * y
 void add_into(float* y, const float* x, int64_t n, bool accumulate);
+// y = a + b (y may be a or b).
+void add_sum(const float* a, const float* b, float* y, int64_t n);
 void scale_inplace(float* y, float alpha, int64_t n);
 
 }  // namespace gradmesh::kernels

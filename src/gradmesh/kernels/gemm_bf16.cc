@@ -105,6 +105,37 @@ void round_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t ld, std:
   for (int64_t r = 0; r < rows; ++r) round_values(in + r * ld, out.data() + r * cols, cols);
 }
 
+// Whether this oneDNN can make a bf16 matmul here at all: from AVX-512 up it
+// can (natively or emulated); below (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA
+// capped there) it cannot, and the products go through sgemm instead.
+bool onednn_has_bf16_matmul() {
+  static const bool usable = [] {
+    try {
+      matmul_for(Key{false, false, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, 1});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return usable;
+}
+
+// The fallback: bf16 values held in float32, multiplied by OpenBLAS. Each
+// product of two bf16 values is exact in float32 and the sums are float32,
+// so the numerics are a bf16 matmul's with float32 accumulation (summed in
+// OpenBLAS's order); the speed is float32's.
+void widen(const uint16_t* in, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = bf16_to_float(in[r * ld + c]);
+}
+void round_in_float(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(r * cols + c)] = bf16_to_float(float_to_bf16(in[r * ld + c]));
+}
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
@@ -114,6 +145,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
+  }
+  if (!onednn_has_bf16_matmul()) {
+    thread_local std::vector<float> a32, b32;
+    widen(a, trans_a ? k : m, trans_a ? m : k, lda, a32);
+    widen(b, trans_b ? n : k, trans_b ? k : n, ldb, b32);
+    return sgemm(trans_a, trans_b, m, n, k, alpha, a32.data(), trans_a ? m : k, b32.data(), trans_b ? k : n, beta, c,
+                 ldc);
   }
   const int threads = num_threads();
   set_openmp_threads(threads);
@@ -142,18 +180,30 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   // Stored shapes: A is [m, k] ([k, m] transposed), B is [k, n] ([n, k] transposed).
   const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
   const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  if (!onednn_has_bf16_matmul()) {
+    thread_local std::vector<float> a32, b32;
+    round_in_float(a, a_rows, a_cols, lda, a32);
+    round_in_float(b, b_rows, b_cols, ldb, b32);
+    return sgemm(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
+  }
   round_to_bf16(a, a_rows, a_cols, lda, a16);
   round_to_bf16(b, b_rows, b_cols, ldb, b16);
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, a16.data(), a_cols, b16.data(), b_cols, beta, c, ldc);
 }
 
 std::string Bf16Support::describe() const {
+  if (!onednn)
+    return "bf16 products: oneDNN has no bf16 matmul on " + isa +
+           ", so operands are rounded to bf16 and multiplied by OpenBLAS in float32: bf16's numerics at float32's "
+           "speed (train.precision = \"fp32\" is as fast here)";
   return native ? "bf16 products: oneDNN on " + isa + " (the CPU's bf16 dot products)"
-                : "bf16 products: oneDNN on " + isa + ", emulated: this CPU has no bf16 dot products (AVX512_BF16 or AMX)";
+                : "bf16 products: oneDNN on " + isa + ", emulated: this CPU has no bf16 dot products (AVX512_BF16 or AMX), "
+                  "and emulated products are slower than float32's";
 }
 
 Bf16Support bf16_support() {
   Bf16Support s;
+  s.onednn = onednn_has_bf16_matmul();
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx:
       s.native = true;

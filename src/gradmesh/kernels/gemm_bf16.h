@@ -1,6 +1,8 @@
 // Matrix multiply in bf16 with float32 accumulation, through oneDNN's matmul:
 // on the CPU's bf16 dot products (AVX512_BF16, AMX tiles) where it has them,
-// on oneDNN's emulation where it does not (bf16_support() says which).
+// on oneDNN's emulation where it does not, and where oneDNN has no bf16
+// matmul at all (below AVX-512) as OpenBLAS sgemm on operands rounded to
+// bf16 values (bf16_support() says which).
 //
 // This is the product under train.precision = "bf16" (kernels::gemm sends
 // its calls here while the matmul precision is kBf16): operands rounded to
@@ -28,6 +30,7 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // What runs the bf16 products on this CPU.
 struct Bf16Support {
   bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)
+  bool onednn = true;   // oneDNN makes bf16 matmuls here (AVX-512 and up); false: OpenBLAS on bf16 values
   std::string isa;      // oneDNN's name of the instruction set it uses, e.g. "avx512_core_amx"
   // One sentence for the start of a run, e.g. "bf16 products: oneDNN on
   // avx512_core_amx (AMX bf16 tiles)" or "... emulated: this CPU has no bf16
