@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/kernels/gemm.h"
 
 namespace gradmesh::autograd {
 namespace {
@@ -50,6 +51,32 @@ TEST_F(TapeTest, TwoUsesOfAVariableSumTheirGradients) {
     EXPECT_NEAR(g_both[i], g_tanh[i] + g_gelu[i], 1e-6) << i;
     EXPECT_NE(g_tanh[i], 0.0f);
   }
+}
+
+// Under bf16 products a Linear rounds its input and weight once and keeps
+// them for backward: the same bits as gemm() rounding per product.
+TEST_F(TapeTest, Bf16LinearKeepsItsRoundedOperandsAndGivesGemmsBits) {
+  const int64_t batch = 5, in = 19, out = 7;
+  Variable x = random_leaf({batch, in}, 5), w = random_leaf({out, in}, 6), b = random_leaf({out}, 7);
+  const Tensor weights = random_tensor({batch, out}, 8);
+  kernels::set_matmul_precision(kernels::MatmulPrecision::kBf16);
+  w.state()->grad_written = false;
+  const WeightedGrad g = grad_of_weighted_sum([&] { return linear(x, w, b); }, x, weights);
+  std::vector<float> y(static_cast<size_t>(batch * out)), dw(static_cast<size_t>(out * in)),
+      dx(static_cast<size_t>(batch * in));
+  kernels::gemm(false, true, batch, out, in, 1.0f, x.value().data(), in, w.value().data(), in, 0.0f, y.data(), out);
+  kernels::gemm(true, false, out, in, batch, 1.0f, g.dy.data(), out, x.value().data(), in, 0.0f, dw.data(), in);
+  kernels::gemm(false, false, batch, in, out, 1.0f, g.dy.data(), out, w.value().data(), in, 0.0f, dx.data(), in);
+  const std::vector<float> forward = linear(x, w, b).value().to_vector();
+  kernels::set_matmul_precision(kernels::MatmulPrecision::kFp32);
+  for (int64_t r = 0; r < batch; ++r)
+    for (int64_t c = 0; c < out; ++c) y[static_cast<size_t>(r * out + c)] += b.value().data()[c];
+  EXPECT_EQ(forward, y);
+  EXPECT_EQ(g.dx, dx);
+  EXPECT_EQ(w.grad().to_vector(), dw);
+  std::vector<float> f32_dx(dx.size());
+  kernels::gemm(false, false, batch, in, out, 1.0f, g.dy.data(), out, w.value().data(), in, 0.0f, f32_dx.data(), in);
+  EXPECT_NE(f32_dx, dx) << "bf16 rounded nothing";
 }
 
 TEST_F(TapeTest, AddOfSameVariableDoublesTheGradient) {

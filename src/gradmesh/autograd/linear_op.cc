@@ -2,8 +2,26 @@
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 
 namespace gradmesh::autograd {
+namespace {
+
+// Under bf16 products each of the three products would round its operands
+// again; a Linear rounds its input and weight once in forward and keeps
+// them (half the input's bytes) for backward, and the output gradient once
+// for both backward products. Same bits as rounding per product.
+struct Bf16Operands {
+  std::vector<uint16_t> x, w;
+};
+
+std::vector<uint16_t> rounded(const float* values, int64_t n) {
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  kernels::round_to_bf16(values, n, out.data());
+  return out;
+}
+
+}  // namespace
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias, Activation act) {
   const Shape& ws = weight.shape();
@@ -17,12 +35,21 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
     throw_error(ErrorKind::kInternal, "linear", "only ReLU is fused");
   const int64_t batch = x.shape()[0], in = ws[1], out = ws[0];
   Tensor y = Tensor::empty({batch, out});
-  kernels::gemm(false, true, batch, out, in, 1.0f, x.value().data(), in, weight.value().data(), in, 0.0f, y.data(),
-                out);
+  std::shared_ptr<Bf16Operands> bf16;
+  if (kernels::matmul_precision() == kernels::MatmulPrecision::kBf16) {
+    bf16 = std::make_shared<Bf16Operands>(
+        Bf16Operands{rounded(x.value().data(), batch * in), rounded(weight.value().data(), out * in)});
+    kernels::gemm_rounded(false, true, batch, out, in, 1.0f, bf16->x.data(), in, bf16->w.data(), in, 0.0f, y.data(),
+                          out);
+  } else {
+    kernels::gemm(false, true, batch, out, in, 1.0f, x.value().data(), in, weight.value().data(), in, 0.0f, y.data(),
+                  out);
+  }
   if (bias.defined() || act != Activation::kNone)
     kernels::bias_rows_forward(y.data(), bias.defined() ? bias.value().data() : nullptr, batch, out, act);
   Variable result(std::move(y));
   if (!should_record({&x, &weight, &bias})) return result;
+  if (bf16 && !weight.requires_grad()) bf16->x = {};  // only dW multiplies the input again
 
   auto xs = x.state(), wst = weight.state(), bs = bias.state(), ys = result.state();
   std::vector<std::shared_ptr<VariableState>> inputs{xs, wst};
@@ -30,10 +57,16 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   current_tape().record(std::move(inputs), ys, [=] {
     float* dy = ys->grad.data();  // [batch, out]; dead after this op, so the ReLU mask is applied in place
     if (act == Activation::kRelu) kernels::relu_mask_inplace(dy, ys->value.data(), batch * out);
+    const std::vector<uint16_t> dy16 =
+        bf16 && (wst->requires_grad || xs->requires_grad) ? rounded(dy, batch * out) : std::vector<uint16_t>{};
     if (wst->requires_grad) {  // dW [out, in] = dY^T X
       GradTarget t = grad_target(*wst);
-      kernels::gemm(true, false, out, in, batch, 1.0f, dy, out, xs->value.data(), in, t.accumulate ? 1.0f : 0.0f,
-                    t.data, in);
+      if (bf16)
+        kernels::gemm_rounded(true, false, out, in, batch, 1.0f, dy16.data(), out, bf16->x.data(), in,
+                              t.accumulate ? 1.0f : 0.0f, t.data, in);
+      else
+        kernels::gemm(true, false, out, in, batch, 1.0f, dy, out, xs->value.data(), in, t.accumulate ? 1.0f : 0.0f,
+                      t.data, in);
     }
     if (bs && bs->requires_grad) {
       GradTarget t = grad_target(*bs);
@@ -41,8 +74,12 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
     }
     if (xs->requires_grad) {  // dX [batch, in] = dY W
       GradTarget t = grad_target(*xs);
-      kernels::gemm(false, false, batch, in, out, 1.0f, dy, out, wst->value.data(), in, t.accumulate ? 1.0f : 0.0f,
-                    t.data, in);
+      if (bf16)
+        kernels::gemm_rounded(false, false, batch, in, out, 1.0f, dy16.data(), out, bf16->w.data(), in,
+                              t.accumulate ? 1.0f : 0.0f, t.data, in);
+      else
+        kernels::gemm(false, false, batch, in, out, 1.0f, dy, out, wst->value.data(), in, t.accumulate ? 1.0f : 0.0f,
+                      t.data, in);
     }
   });
   return result;

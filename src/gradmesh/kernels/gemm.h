@@ -19,6 +19,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// gemm() on operands already rounded to bf16 (bf16 bits), for a caller that
+// uses one operand in several products (Linear keeps its input's and
+// weight's bf16 copies from forward for backward): the same bits as gemm()
+// on the float32 originals under kBf16, counted alike.
+void gemm_rounded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                  int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // What gemm() multiplies in. kFp32: OpenBLAS sgemm. kBf16: operands rounded
 // to bf16, products summed in float32 (gemm_bf16.h), as under PyTorch's CPU
 // autocast. Process-wide: the trainer sets it from train.precision.

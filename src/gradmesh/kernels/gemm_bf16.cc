@@ -96,7 +96,7 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
 GRADMESH_ISA_VARIANTS(round_values, (const float* in, uint16_t* out, int64_t n), (in, out, n))
 
 // `rows` x `cols` floats with leading dimension `ld`, rounded into `out` packed (leading dimension cols).
-void round_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {
+void round_matrix_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {
   out.resize(static_cast<size_t>(rows * cols));
   if (ld == cols) {
     round_values(in, out.data(), rows * cols);
@@ -137,6 +137,8 @@ void round_in_float(const float* in, int64_t rows, int64_t cols, int64_t ld, std
 }
 
 }  // namespace
+
+void round_to_bf16(const float* in, int64_t n, uint16_t* out) { round_values(in, out, n); }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -186,8 +188,8 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     round_in_float(b, b_rows, b_cols, ldb, b32);
     return sgemm(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
   }
-  round_to_bf16(a, a_rows, a_cols, lda, a16);
-  round_to_bf16(b, b_rows, b_cols, ldb, b16);
+  round_matrix_to_bf16(a, a_rows, a_cols, lda, a16);
+  round_matrix_to_bf16(b, b_rows, b_cols, ldb, b16);
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, a16.data(), a_cols, b16.data(), b_cols, beta, c, ldc);
 }
 

@@ -27,6 +27,10 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// out[i] = the bf16 bits of in[i], rounded to nearest even (core/bf16.h),
+// vectorised at the CPU's level: the operands gemm_f32_in_bf16 multiplies.
+void round_to_bf16(const float* in, int64_t n, uint16_t* out);
+
 // What runs the bf16 products on this CPU.
 struct Bf16Support {
   bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)
