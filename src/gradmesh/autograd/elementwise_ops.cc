@@ -44,11 +44,7 @@ Variable reshape(const Variable& x, const Shape& shape) {
   Variable result(x.value().view(shape));
   if (!should_record({&x})) return result;
   auto xs = x.state(), ys = result.state();
-  const int64_t n = x.value().numel();
-  current_tape().record({xs}, ys, [=] {
-    GradTarget t = grad_target(*xs);
-    kernels::add_into(t.data, ys->grad.data(), n, t.accumulate);
-  });
+  current_tape().record({xs}, ys, [=] { pass_gradient(*xs, ys->grad); });
   return result;
 }
 
@@ -78,11 +74,19 @@ Variable add(const Variable& a, const Variable& b) {
   if (!should_record({&a, &b})) return result;
   auto as = a.state(), bs = b.state(), ys = result.state();
   current_tape().record({as, bs}, ys, [=] {
-    for (const auto& s : {as, bs}) {
-      if (!s->requires_grad) continue;
-      GradTarget t = grad_target(*s);
+    // x + x needs the sum; otherwise the first input to need a gradient may
+    // take the output's storage (pass_gradient) once the other has read it.
+    if (as == bs) {
+      GradTarget t = grad_target(*as);
+      kernels::add_into(t.data, ys->grad.data(), n, t.accumulate);
+      kernels::add_into(t.data, ys->grad.data(), n, true);
+      return;
+    }
+    if (bs->requires_grad) {
+      GradTarget t = grad_target(*bs);
       kernels::add_into(t.data, ys->grad.data(), n, t.accumulate);
     }
+    if (as->requires_grad) pass_gradient(*as, ys->grad);
   });
   return result;
 }

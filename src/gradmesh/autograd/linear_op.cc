@@ -1,6 +1,7 @@
 #include "gradmesh/autograd/ops.h"
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/storage.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/kernels/gemm_bf16.h"
 
@@ -11,15 +12,23 @@ namespace {
 // again; a Linear rounds its input and weight once in forward and keeps
 // them (half the input's bytes) for backward, and the output gradient once
 // for both backward products. Same bits as rounding per product.
-struct Bf16Operands {
-  std::vector<uint16_t> x, w;
+// The copies come from the caching allocator (core/storage.h), as tensors
+// do: fresh blocks of this size every step would page-fault every step.
+class Bf16Copy {
+ public:
+  Bf16Copy() = default;
+  Bf16Copy(const float* values, int64_t n) : storage_(std::make_unique<Storage>(static_cast<size_t>(n) * 2)) {
+    kernels::round_to_bf16(values, n, static_cast<uint16_t*>(storage_->data()));
+  }
+  const uint16_t* data() const { return static_cast<const uint16_t*>(storage_->data()); }
+
+ private:
+  std::unique_ptr<Storage> storage_;
 };
 
-std::vector<uint16_t> rounded(const float* values, int64_t n) {
-  std::vector<uint16_t> out(static_cast<size_t>(n));
-  kernels::round_to_bf16(values, n, out.data());
-  return out;
-}
+struct Bf16Operands {
+  Bf16Copy x, w;
+};
 
 }  // namespace
 
@@ -38,7 +47,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   std::shared_ptr<Bf16Operands> bf16;
   if (kernels::matmul_precision() == kernels::MatmulPrecision::kBf16) {
     bf16 = std::make_shared<Bf16Operands>(
-        Bf16Operands{rounded(x.value().data(), batch * in), rounded(weight.value().data(), out * in)});
+        Bf16Operands{Bf16Copy(x.value().data(), batch * in), Bf16Copy(weight.value().data(), out * in)});
     kernels::gemm_rounded(false, true, batch, out, in, 1.0f, bf16->x.data(), in, bf16->w.data(), in, 0.0f, y.data(),
                           out);
   } else {
@@ -57,8 +66,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   current_tape().record(std::move(inputs), ys, [=] {
     float* dy = ys->grad.data();  // [batch, out]; dead after this op, so the ReLU mask is applied in place
     if (act == Activation::kRelu) kernels::relu_mask_inplace(dy, ys->value.data(), batch * out);
-    const std::vector<uint16_t> dy16 =
-        bf16 && (wst->requires_grad || xs->requires_grad) ? rounded(dy, batch * out) : std::vector<uint16_t>{};
+    const Bf16Copy dy16 = bf16 && (wst->requires_grad || xs->requires_grad) ? Bf16Copy(dy, batch * out) : Bf16Copy();
     if (wst->requires_grad) {  // dW [out, in] = dY^T X
       GradTarget t = grad_target(*wst);
       if (bf16)

@@ -1,6 +1,7 @@
 #include "gradmesh/autograd/tape.h"
 
 #include "gradmesh/core/error.h"
+#include "gradmesh/kernels/activation.h"
 
 namespace gradmesh::autograd {
 
@@ -14,6 +15,17 @@ GradTarget grad_target(VariableState& v) {
   const bool accumulate = v.grad_written;
   v.grad_written = true;
   return {v.grad.data(), accumulate};
+}
+
+void pass_gradient(VariableState& v, Tensor& grad) {
+  if (!v.grad_written && v.param_index < 0) {
+    v.grad = grad.view(v.value.shape());
+    v.grad_written = true;
+    grad = Tensor();
+    return;
+  }
+  GradTarget t = grad_target(v);
+  kernels::add_into(t.data, grad.data(), grad.numel(), t.accumulate);
 }
 
 void Tape::record(std::vector<std::shared_ptr<VariableState>> inputs, std::shared_ptr<VariableState> output,

@@ -53,4 +53,11 @@ struct GradTarget {
 // write (accumulate=false) or add (accumulate=true) every element.
 GradTarget grad_target(VariableState& v);
 
+// Adds `grad` (an op's output gradient, dead once the op's backward is done)
+// to v's gradient. When v's gradient is not yet written and v is not a
+// parameter (whose gradient lives in the model's flat buffer), v takes the
+// storage instead of a copy: reshapes and the residual stream's additions
+// would otherwise copy a tenth of a GPT step. Leaves `grad` empty then.
+void pass_gradient(VariableState& v, Tensor& grad);
+
 }  // namespace gradmesh::autograd

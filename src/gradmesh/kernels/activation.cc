@@ -48,8 +48,9 @@ template <bool kFma>
 
 // erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), the
 // formula PyTorch's vectorised CPU erf uses.
+// exp_minus_a2: exp(-x^2), when the caller has it already.
 template <bool kFma>
-[[gnu::always_inline]] inline Vec16 erf16(Vec16 x) {
+[[gnu::always_inline]] inline Vec16 erf16_given_exp(Vec16 x, Vec16 exp_minus_a2) {
   const Vec16 a = x < 0.0f ? -x : x;
   const Vec16 t = 1.0f / madd<kFma>(splat<Vec16>(0.3275911f), a, splat<Vec16>(1.0f));
   Vec16 p = splat<Vec16>(1.061405429f);
@@ -57,17 +58,28 @@ template <bool kFma>
   p = madd<kFma>(p, t, splat<Vec16>(1.421413741f));
   p = madd<kFma>(p, t, splat<Vec16>(-0.284496736f));
   p = madd<kFma>(p, t, splat<Vec16>(0.254829592f));
-  const Vec16 y = 1.0f - p * t * exp16<kFma>(-a * a);
+  const Vec16 y = 1.0f - p * t * exp_minus_a2;
   return x < 0.0f ? -y : y;
+}
+template <bool kFma>
+[[gnu::always_inline]] inline Vec16 erf16(Vec16 x) {
+  return erf16_given_exp<kFma>(x, exp16<kFma>(-x * x));
 }
 
 template <bool kFma>
 [[gnu::always_inline]] inline Vec16 gelu16(Vec16 x) {
   return 0.5f * x * (1.0f + erf16<kFma>(x * kInvSqrt2));
 }
+// Phi(x) + x phi(x). The fused numerics take erf's exp(-(x / sqrt 2)^2) and
+// phi's exp(-x^2 / 2) as one exponential; the portable ones compute both.
 template <bool kFma>
 [[gnu::always_inline]] inline Vec16 gelu_grad16(Vec16 x) {
-  return madd<kFma>(x * kInvSqrt2Pi, exp16<kFma>(-0.5f * x * x), 0.5f * (1.0f + erf16<kFma>(x * kInvSqrt2)));
+  if constexpr (kFma) {
+    const Vec16 e = exp16<true>(-0.5f * x * x);
+    return madd<true>(x * kInvSqrt2Pi, e, 0.5f * (1.0f + erf16_given_exp<true>(x * kInvSqrt2, e)));
+  } else {
+    return madd<false>(x * kInvSqrt2Pi, exp16<false>(-0.5f * x * x), 0.5f * (1.0f + erf16<false>(x * kInvSqrt2)));
+  }
 }
 
 // out[i] = f(x[i]) (kScaled: dy[i] * f(x[i]); kAdd: added to out[i]) for
