@@ -18,6 +18,7 @@ each gradmesh run's achieved GEMM GFLOP/s as a fraction of its precision's
 roof, and the test accuracy after --epochs epochs in both precisions.
 
 usage: bench/bf16.py [--runs N] [--epochs N] [--only mlp1,mlp2,cnn1,gpt1,accuracy,gptloss]
+       ONEDNN_MAX_CPU_ISA=AVX512_CORE bench/bf16.py ...   the table of a CPU without bf16 dot products
 Run with Debian's /usr/bin/python3 (the one with torch).
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
@@ -83,6 +84,10 @@ def main():
     wanted = a.only.split(",")
     print(machine_line())
     print(f"OPENBLAS_CORETYPE: {os.environ.get('OPENBLAS_CORETYPE', 'auto')}; medians of {a.runs} alternating runs")
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        # Both sides use Debian's oneDNN, so the cap holds for gradmesh and PyTorch alike: with
+        # AVX512_CORE, a CPU without bf16 dot products (oneDNN emulates bf16 there).
+        print(f"ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']} (oneDNN capped, for gradmesh and PyTorch alike)")
     roofs = {}
     for threads in (1, 2):
         for dtype in ("f32", "bf16"):

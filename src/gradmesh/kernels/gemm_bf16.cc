@@ -105,11 +105,19 @@ void round_matrix_to_bf16(const float* in, int64_t rows, int64_t cols, int64_t l
   for (int64_t r = 0; r < rows; ++r) round_values(in + r * ld, out.data() + r * cols, cols);
 }
 
-// Whether this oneDNN can make a bf16 matmul here at all: from AVX-512 up it
-// can (natively or emulated); below (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA
-// capped there) it cannot, and the products go through sgemm instead.
+// Whether the CPU has bf16 dot products (oneDNN's AVX512_BF16 or AMX code).
+bool native_bf16(dnnl::cpu_isa isa) {
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+// Whether the products go through oneDNN: only where the CPU has bf16 dot
+// products. Without them oneDNN emulates bf16 at a quarter of sgemm's speed
+// on AVX-512 (measured: 39 against 168 GFLOP/s on one core, docs/engine.md)
+// and has no bf16 matmul at all below AVX-512, so the products go through
+// sgemm on bf16 values instead.
 bool onednn_has_bf16_matmul() {
   static const bool usable = [] {
+    if (!native_bf16(dnnl::get_effective_cpu_isa())) return false;
     try {
       matmul_for(Key{false, false, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, 1});
       return true;
@@ -195,12 +203,10 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 std::string Bf16Support::describe() const {
   if (!onednn)
-    return "bf16 products: oneDNN has no bf16 matmul on " + isa +
-           ", so operands are rounded to bf16 and multiplied by OpenBLAS in float32: bf16's numerics at float32's "
-           "speed (train.precision = \"fp32\" is as fast here)";
-  return native ? "bf16 products: oneDNN on " + isa + " (the CPU's bf16 dot products)"
-                : "bf16 products: oneDNN on " + isa + ", emulated: this CPU has no bf16 dot products (AVX512_BF16 or AMX), "
-                  "and emulated products are slower than float32's";
+    return "bf16 products: this CPU has no bf16 dot products (AVX512_BF16 or AMX; oneDNN's ISA here is " + isa +
+           "), so operands are rounded to bf16 and multiplied by OpenBLAS in float32: bf16's numerics at float32's "
+           "speed, no faster than train.precision = \"fp32\"";
+  return "bf16 products: oneDNN on " + isa + " (the CPU's bf16 dot products)";
 }
 
 Bf16Support bf16_support() {

@@ -1,8 +1,8 @@
-// Matrix multiply in bf16 with float32 accumulation, through oneDNN's matmul:
+// Matrix multiply in bf16 with float32 accumulation, through oneDNN's matmul
 // on the CPU's bf16 dot products (AVX512_BF16, AMX tiles) where it has them,
-// on oneDNN's emulation where it does not, and where oneDNN has no bf16
-// matmul at all (below AVX-512) as OpenBLAS sgemm on operands rounded to
-// bf16 values (bf16_support() says which).
+// and where it does not (oneDNN's emulation is 4x slower than sgemm, and
+// below AVX-512 there is none) as OpenBLAS sgemm on operands rounded to bf16
+// values (bf16_support() says which).
 //
 // This is the product under train.precision = "bf16" (kernels::gemm sends
 // its calls here while the matmul precision is kBf16): operands rounded to
@@ -34,11 +34,12 @@ void round_to_bf16(const float* in, int64_t n, uint16_t* out);
 // What runs the bf16 products on this CPU.
 struct Bf16Support {
   bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)
-  bool onednn = true;   // oneDNN makes bf16 matmuls here (AVX-512 and up); false: OpenBLAS on bf16 values
+  bool onednn = true;   // the products go through oneDNN (native only); false: OpenBLAS on bf16 values
   std::string isa;      // oneDNN's name of the instruction set it uses, e.g. "avx512_core_amx"
   // One sentence for the start of a run, e.g. "bf16 products: oneDNN on
-  // avx512_core_amx (AMX bf16 tiles)" or "... emulated: this CPU has no bf16
-  // dot products".
+  // avx512_core_amx (the CPU's bf16 dot products)" or "bf16 products: this
+  // CPU has no bf16 dot products ..., so operands are rounded to bf16 and
+  // multiplied by OpenBLAS".
   std::string describe() const;
 };
 Bf16Support bf16_support();
