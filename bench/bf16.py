@@ -96,7 +96,7 @@ def main():
     print()
     print("| GEMM roof, n = 2048 | 1 core | 2 cores |")
     print("|---|---|---|")
-    for dtype, label in (("f32", "OpenBLAS sgemm"), ("bf16", f"oneDNN bf16 ({roofs[('bf16', 1)][1]})")):
+    for dtype, label in (("f32", "OpenBLAS sgemm"), ("bf16", f"bf16: {roofs[('bf16', 1)][1]}")):
         print(f"| {label} | {roofs[(dtype, 1)][0]:,.0f} GFLOP/s | {roofs[(dtype, 2)][0]:,.0f} GFLOP/s |")
     print()
     print("| workload | gradmesh fp32 | gradmesh bf16 | PyTorch fp32 | PyTorch autocast bf16 | bf16 / own fp32 "

@@ -29,7 +29,8 @@ GemmBenchResult bench_sgemm(int64_t n, int threads, int repeats) {
 GemmBenchResult bench_bf16_gemm(int64_t n, int threads, int repeats) {
   GemmBenchResult r = timed(kernels::MatmulPrecision::kBf16, n, threads, repeats);
   r.dtype = "bf16";
-  r.isa = kernels::bf16_support().isa;
+  const kernels::Bf16Support support = kernels::bf16_support();
+  r.isa = support.onednn ? "oneDNN " + support.isa : "OpenBLAS on bf16 values, no bf16 dot products (" + support.isa + ")";
   return r;
 }
 

@@ -15,7 +15,7 @@ struct GemmBenchResult {
   double seconds_median;  // one n x n x n product
   double gflops;          // 2 n^3 / seconds_median / 1e9
   std::string dtype = "f32";  // "f32" or "bf16"
-  std::string isa;            // for bf16: what oneDNN runs on (Bf16Support::isa)
+  std::string isa;            // for bf16: what runs the products, e.g. "oneDNN avx512_core_amx"
 };
 
 // Times `repeats` multiplies after one warm-up and returns the median.
