@@ -9,8 +9,10 @@
 // Determinism: each (batch, head) pair is computed by one thread with a fixed
 // order of operations, and the work is spread over the compute pool by pairs
 // only, so results are bit-identical for any thread count. The code is
-// compiled once per ISA level with lane-wise arithmetic and no FMA
-// contraction, so results are also identical with and without AVX-512.
+// compiled once per ISA level with lane-wise arithmetic, its multiply-adds
+// fused explicitly or (train.portable_numerics) not at all, never by the
+// compiler, so results are also identical at every level (kernels/isa.h).
+// Under train.precision = "bf16" the products take bf16 values.
 #pragma once
 
 #include <cstdint>
