@@ -30,6 +30,22 @@ struct Bf16Operands {
   Bf16Copy x, w;
 };
 
+// One operand of a product: its float32 values, and its bf16 copy when the
+// products are in bf16 (then the copy is what gets multiplied).
+struct Operand {
+  const float* f32;
+  const Bf16Copy* bf16;
+};
+
+// C = op(A) op(B) + beta C through kernels::gemm, or gemm_rounded on the copies.
+void product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Operand a, int64_t lda, Operand b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (a.bf16)
+    kernels::gemm_rounded(trans_a, trans_b, m, n, k, 1.0f, a.bf16->data(), lda, b.bf16->data(), ldb, beta, c, ldc);
+  else
+    kernels::gemm(trans_a, trans_b, m, n, k, 1.0f, a.f32, lda, b.f32, ldb, beta, c, ldc);
+}
+
 }  // namespace
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias, Activation act) {
@@ -45,15 +61,11 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
   const int64_t batch = x.shape()[0], in = ws[1], out = ws[0];
   Tensor y = Tensor::empty({batch, out});
   std::shared_ptr<Bf16Operands> bf16;
-  if (kernels::matmul_precision() == kernels::MatmulPrecision::kBf16) {
+  if (kernels::matmul_precision() == kernels::MatmulPrecision::kBf16)
     bf16 = std::make_shared<Bf16Operands>(
         Bf16Operands{Bf16Copy(x.value().data(), batch * in), Bf16Copy(weight.value().data(), out * in)});
-    kernels::gemm_rounded(false, true, batch, out, in, 1.0f, bf16->x.data(), in, bf16->w.data(), in, 0.0f, y.data(),
-                          out);
-  } else {
-    kernels::gemm(false, true, batch, out, in, 1.0f, x.value().data(), in, weight.value().data(), in, 0.0f, y.data(),
-                  out);
-  }
+  product(false, true, batch, out, in, {x.value().data(), bf16 ? &bf16->x : nullptr}, in,
+          {weight.value().data(), bf16 ? &bf16->w : nullptr}, in, 0.0f, y.data(), out);
   if (bias.defined() || act != Activation::kNone)
     kernels::bias_rows_forward(y.data(), bias.defined() ? bias.value().data() : nullptr, batch, out, act);
   Variable result(std::move(y));
@@ -67,14 +79,11 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
     float* dy = ys->grad.data();  // [batch, out]; dead after this op, so the ReLU mask is applied in place
     if (act == Activation::kRelu) kernels::relu_mask_inplace(dy, ys->value.data(), batch * out);
     const Bf16Copy dy16 = bf16 && (wst->requires_grad || xs->requires_grad) ? Bf16Copy(dy, batch * out) : Bf16Copy();
+    const Operand grad{dy, bf16 ? &dy16 : nullptr};
     if (wst->requires_grad) {  // dW [out, in] = dY^T X
       GradTarget t = grad_target(*wst);
-      if (bf16)
-        kernels::gemm_rounded(true, false, out, in, batch, 1.0f, dy16.data(), out, bf16->x.data(), in,
-                              t.accumulate ? 1.0f : 0.0f, t.data, in);
-      else
-        kernels::gemm(true, false, out, in, batch, 1.0f, dy, out, xs->value.data(), in, t.accumulate ? 1.0f : 0.0f,
-                      t.data, in);
+      product(true, false, out, in, batch, grad, out, {xs->value.data(), bf16 ? &bf16->x : nullptr}, in,
+              t.accumulate ? 1.0f : 0.0f, t.data, in);
     }
     if (bs && bs->requires_grad) {
       GradTarget t = grad_target(*bs);
@@ -82,12 +91,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
     }
     if (xs->requires_grad) {  // dX [batch, in] = dY W
       GradTarget t = grad_target(*xs);
-      if (bf16)
-        kernels::gemm_rounded(false, false, batch, in, out, 1.0f, dy16.data(), out, bf16->w.data(), in,
-                              t.accumulate ? 1.0f : 0.0f, t.data, in);
-      else
-        kernels::gemm(false, false, batch, in, out, 1.0f, dy, out, wst->value.data(), in, t.accumulate ? 1.0f : 0.0f,
-                      t.data, in);
+      product(false, false, batch, in, out, grad, out, {wst->value.data(), bf16 ? &bf16->w : nullptr}, in,
+              t.accumulate ? 1.0f : 0.0f, t.data, in);
     }
   });
   return result;

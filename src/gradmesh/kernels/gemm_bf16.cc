@@ -137,12 +137,6 @@ void widen(const uint16_t* in, int64_t rows, int64_t cols, int64_t ld, std::vect
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = bf16_to_float(in[r * ld + c]);
 }
-void round_in_float(const float* in, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
-  out.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[static_cast<size_t>(r * cols + c)] = bf16_to_float(float_to_bf16(in[r * ld + c]));
-}
 
 }  // namespace
 
@@ -190,12 +184,6 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   // Stored shapes: A is [m, k] ([k, m] transposed), B is [k, n] ([n, k] transposed).
   const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
   const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-  if (!onednn_has_bf16_matmul()) {
-    thread_local std::vector<float> a32, b32;
-    round_in_float(a, a_rows, a_cols, lda, a32);
-    round_in_float(b, b_rows, b_cols, ldb, b32);
-    return sgemm(trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc);
-  }
   round_matrix_to_bf16(a, a_rows, a_cols, lda, a16);
   round_matrix_to_bf16(b, b_rows, b_cols, ldb, b16);
   gemm_bf16(trans_a, trans_b, m, n, k, alpha, a16.data(), a_cols, b16.data(), b_cols, beta, c, ldc);
