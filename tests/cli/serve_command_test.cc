@@ -42,7 +42,7 @@ TEST_F(ServeCommand, ServesATrainedRunWithItsTokenAndDrainsOnSigterm) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(20, 0);
   EXPECT_EQ(c.Get("/v2/health/ready")->status, 200);
-  const Json image = {{"inputs", {{{"name", "input"}, {"shape", {1, 1, 28, 28}}, {"datatype", "FP32"},
+  const Json image = {{"inputs", {{{"name", "input"}, {"shape", {1, 784}}, {"datatype", "FP32"},
                                    {"data", std::vector<float>(784, 0.25f)}}}}};
   EXPECT_EQ(c.Post("/v2/models/fashion/infer", image.dump(), "application/json")->status, 401);
   c.set_bearer_token_auth("tok-123");
@@ -99,7 +99,7 @@ TEST_F(ServeCommand, Bf16ServingReportsTheAccuracyChangeAndAnswersCloseToFloat32
                    " --set data.limit_test=64 --set output.report=false",
                    dir_.path());
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
-  const Json image = {{"inputs", {{{"name", "input"}, {"shape", {2, 1, 28, 28}}, {"datatype", "FP32"},
+  const Json image = {{"inputs", {{{"name", "input"}, {"shape", {2, 784}}, {"datatype", "FP32"},
                                    {"data", [] {
                                       std::vector<float> pixels(2 * 784);
                                       for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 29) / 29.0f;

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -47,12 +48,11 @@ std::string infer_body(const std::vector<float>& image, const std::string& id = 
 
 class Server : public ::testing::Test {
  protected:
-  void start(ServerOptions options = {}) {
+  void start(ServerOptions options = {}, ModelShape shape = {"mlp", {1, 2, 2}, 3}, const std::string& name = "tiny") {
     options.port = 0;
     options.batch.max_delay_us = 2000;
     server_ = std::make_unique<InferenceServer>(
-        std::vector<std::shared_ptr<ServedModel>>{
-            std::make_shared<ServedModel>("tiny", "3", ModelShape{"mlp", {1, 2, 2}, 3}, tiny_model())},
+        std::vector<std::shared_ptr<ServedModel>>{std::make_shared<ServedModel>(name, "3", shape, tiny_model())},
         options);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->run(); });
@@ -83,7 +83,7 @@ TEST_F(Server, HealthMetadataAndInferenceAnswerAsTheProtocolSays) {
   const Json meta = Json::parse(c.Get("/v2/models/tiny")->body);
   EXPECT_EQ(meta["name"], "tiny");
   EXPECT_EQ(meta["versions"], Json({"3"}));
-  EXPECT_EQ(meta["inputs"][0], Json({{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, 1, 2, 2}}}));
+  EXPECT_EQ(meta["inputs"][0], Json({{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, 4}}}));
   EXPECT_EQ(meta["outputs"][1]["name"], "class");
   EXPECT_EQ(c.Get("/v2/models/tiny/versions/3")->status, 200);
   EXPECT_EQ(Json::parse(c.Get("/v2/models/tiny/ready")->body)["ready"], true);
@@ -184,7 +184,7 @@ TEST_F(Server, MalformedRequestsGetAFourHundredNamingTheProblem) {
                                     ok_image + "}]}",
        400, "input 'pixels': is not an input of model 'tiny'; it takes 'input'"},
       {"/v2/models/tiny/infer", R"({"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]})",
-       400, "expected [batch, 1, 2, 2] or [batch, 4]"},
+       400, "has shape [1, 3]; model 'tiny' takes [-1, 4]"},
       {"/v2/models/tiny/infer", R"({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "INT64", "data": )" +
                                     ok_image + "}]}",
        400, "has datatype INT64; expected FP32"},
@@ -216,6 +216,50 @@ TEST_F(Server, MalformedRequestsGetAFourHundredNamingTheProblem) {
       << server_->metrics_text();
 }
 
+// The metadata's shape exactly (the batch free), finite values in float32's
+// range: for a model that takes images, [1, 2, 2, 1] and [1, 4] hold the
+// right number of values in an order it would misread.
+TEST_F(Server, InputsMustMatchTheMetadataExactlyAndBeFinite) {
+  start({}, ModelShape{"cnn", {1, 2, 2}, 3}, "images");  // the same network, declared as taking images
+  httplib::Client c = client();
+  auto meta = c.Get("/v2/models/images");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(Json::parse(meta->body)["inputs"][0]["shape"], Json({-1, 1, 2, 2}));
+  const auto post = [&](const Json& shape, const std::string& data) {
+    return c.Post("/v2/models/images/infer",
+                  R"({"inputs": [{"name": "input", "datatype": "FP32", "shape": )" + shape.dump() + ", \"data\": " +
+                      data + "}]}",
+                  "application/json");
+  };
+  for (const Json& shape : {Json{1, 2, 2, 1}, Json{1, 4}, Json{1, 1, 1, 1, 1, 4}, Json{1, 2, 1, 2}, Json{4}}) {
+    auto r = post(shape, "[1, 2, 3, 4]");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << shape;
+    EXPECT_NE(r->body.find("model 'images' takes [-1, 1, 2, 2]"), std::string::npos) << r->body;
+  }
+  auto two = post({2, 1, 2, 2}, "[1, 2, 3, 4, 5, 6, 7, 8]");
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->status, 200) << two->body;
+  auto huge = post({1, 1, 2, 2}, "[1, 2, 3.5e38, 4]");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 400);
+  EXPECT_NE(huge->body.find("inputs[0].data[2]: is 3.5e+38, outside float32's range"), std::string::npos) << huge->body;
+
+  // Binary NaN and infinity: refused, naming the element.
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    const std::string header =
+        R"({"inputs": [{"name": "input", "shape": [1, 1, 2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}}]})";
+    std::string body = header;
+    const float pixels[4] = {0.5f, 0.25f, 0.0f, bad};
+    body.append(reinterpret_cast<const char*>(pixels), sizeof pixels);
+    auto r = c.Post("/v2/models/images/infer", {{"Inference-Header-Content-Length", std::to_string(header.size())}},
+                    body, "application/octet-stream");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(r->body.find("at element 3; the model takes finite FP32 values"), std::string::npos) << r->body;
+  }
+}
+
 TEST_F(Server, TheBearerTokenGuardsEverythingButHealth) {
   ServerOptions o;
   o.token = "s3cret-token";
@@ -239,6 +283,19 @@ TEST_F(Server, TheBearerTokenGuardsEverythingButHealth) {
   EXPECT_EQ(right->status, 200) << right->body;
   c.set_bearer_token_auth("s3cret-token");
   EXPECT_EQ(c.Get("/metrics")->status, 200);
+  // RFC 7235: the scheme is case-insensitive, and more than one space may follow it.
+  for (const char* header : {"bearer s3cret-token", "BEARER s3cret-token", "Bearer  s3cret-token"}) {
+    httplib::Client raw = client();
+    auto r = raw.Get("/metrics", {{"Authorization", header}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << header;
+  }
+  for (const char* header : {"Bearers3cret-token", "Basic s3cret-token", "bearer", "Bearer s3cret-token2"}) {
+    httplib::Client raw = client();
+    auto r = raw.Get("/metrics", {{"Authorization", header}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << header;
+  }
 }
 
 TEST_F(Server, StopDrainsAndThenRefusesConnections) {

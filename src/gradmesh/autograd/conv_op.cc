@@ -5,8 +5,10 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/activation.h"
 #include "gradmesh/kernels/conv.h"
+#include "gradmesh/kernels/conv_bf16.h"
 #include "gradmesh/kernels/conv_winograd.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 
 namespace gradmesh::autograd {
 namespace {
@@ -96,10 +98,61 @@ Variable conv2d_winograd(const Variable& x, const Variable& weight, const Variab
   return result;
 }
 
+// Under bf16 products on a CPU with bf16 dot products: oneDNN's convolutions
+// (kernels/conv_bf16.h says why not the float32 path's GEMMs in bf16), for
+// the same layers as Winograd. With few input channels the convolution is
+// memory-bound: for the reference CNN's first layer (C = 1) oneDNN's
+// passes and its reorders of the 26x26x32 output took longer than im2col
+// and one bf16 GEMM of depth 10 (whole CNN, one core: 5,600-5,800 against
+// 6,100-6,250 samples/s).
+bool use_onednn_bf16(const kernels::ConvGeometry& g, Activation act) {
+  return g.in_channels >= kWinogradMinChannels && kernels::matmul_precision() == kernels::MatmulPrecision::kBf16 && kernels::onednn_has_bf16_matmul() &&
+         (act == Activation::kNone || act == Activation::kRelu);
+}
+
+Variable conv2d_bf16(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options,
+                     const kernels::ConvGeometry& g) {
+  const Activation act = options.act;
+  const bool cm_out = options.channel_major_output;
+  auto conv = std::make_shared<kernels::Bf16Conv>(g, bias.defined(), act, cm_out);
+  Tensor y = cm_out ? Tensor::empty({g.out_channels, g.batch, g.out_h(), g.out_w()})
+                    : Tensor::empty({g.batch, g.out_channels, g.out_h(), g.out_w()});
+  conv->forward(x.value().data(), weight.value().data(), bias.defined() ? bias.value().data() : nullptr, y.data());
+  Variable result(std::move(y));
+  if (!should_record({&x, &weight, &bias})) return result;
+
+  auto xst = x.state(), wst = weight.state(), bs = bias.state(), ys = result.state();
+  std::vector<std::shared_ptr<VariableState>> inputs{xst, wst};
+  if (bs) inputs.push_back(bs);
+  current_tape().record(std::move(inputs), ys, [=] {
+    // The output's gradient is dead after this op: the ReLU's mask goes on in place.
+    if (act == Activation::kRelu) kernels::relu_mask_inplace(ys->grad.data(), ys->value.data(), ys->value.numel());
+    kernels::Bf16Conv::Grads grads;
+    if (wst->requires_grad) {
+      GradTarget t = grad_target(*wst);
+      grads.dw = t.data;
+      grads.dw_accumulate = t.accumulate;
+    }
+    if (bs && bs->requires_grad) {
+      GradTarget t = grad_target(*bs);
+      grads.db = t.data;
+      grads.db_accumulate = t.accumulate;
+    }
+    if (xst->requires_grad) {
+      GradTarget t = grad_target(*xst);
+      grads.dx = t.data;
+      grads.dx_accumulate = t.accumulate;
+    }
+    conv->backward(ys->grad.data(), grads);
+  });
+  return result;
+}
+
 }  // namespace
 
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options) {
   const kernels::ConvGeometry g = checked_geometry(x, weight, bias, options);
+  if (use_onednn_bf16(g, options.act)) return conv2d_bf16(x, weight, bias, options, g);
   if (use_winograd(g, options.act)) return conv2d_winograd(x, weight, bias, options, g);
   const Activation act = options.act;
   const bool has_bias = bias.defined();

@@ -6,10 +6,7 @@
 // few), a bounded map that starts over when full.
 #include "gradmesh/kernels/gemm_bf16.h"
 
-#include <omp.h>
-
 #include <cstring>
-#include <dnnl.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +17,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/kernels/gemm.h"
 #include "gradmesh/kernels/isa.h"
+#include "gradmesh/kernels/onednn_runtime.h"
 
 namespace gradmesh::kernels {
 
@@ -27,22 +25,6 @@ namespace {
 
 using Dims = dnnl::memory::dims;
 using DataType = dnnl::memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// Debian's oneDNN runs its threads on OpenMP, which takes its thread count
-// from the calling thread's setting: it is set to gradmesh's count before
-// each product.
-void set_openmp_threads(int threads) {
-  thread_local int applied = 0;
-  if (applied != threads) {
-    omp_set_num_threads(threads);
-    applied = threads;
-  }
-}
 
 // Shape, layout, alpha, beta, and the thread count: oneDNN plans a
 // primitive's split over the threads there are when it is created.
@@ -55,24 +37,15 @@ struct Matmul {
 };
 
 std::shared_ptr<const Matmul> matmul_for(const Key& key) {
-  static std::mutex mutex;
   static std::map<Key, std::shared_ptr<const Matmul>> primitives;
-  // Held while a primitive is made, too: oneDNN sets up its own primitive
-  // cache lazily on first use, and two threads making their first
-  // primitives at once raced there. Made once per shape, so waiting costs nothing.
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(onednn::creation_mutex());
   const auto found = primitives.find(key);
   if (found != primitives.end()) return found->second;
   const auto [trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads] = key;
   const dnnl::memory::desc a_md({m, k}, DataType::bf16, trans_a ? Dims{1, lda} : Dims{lda, 1});
   const dnnl::memory::desc b_md({k, n}, DataType::bf16, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, DataType::f32, Dims{ldc, 1});
-  dnnl::primitive_attr attr;
-  // The library's own scratchpad is one per process unless oneDNN was built
-  // for concurrent execution, which Debian's is not: ranks or server threads
-  // multiplying at once overwrote each other's partial sums. Each calling
-  // thread passes its own (gemm_bf16 below).
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops sum;
@@ -80,7 +53,7 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
     attr.set_post_ops(sum);
   }
   const dnnl::matmul::desc desc(a_md, b_md, c_md);
-  const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(desc, attr, onednn::cpu_engine());
   auto primitive = std::make_shared<const Matmul>(Matmul{pd, dnnl::matmul(pd)});
   if (primitives.size() >= kMaxPrimitives) primitives.clear();
   primitives.emplace(key, primitive);
@@ -115,6 +88,8 @@ bool native_bf16(dnnl::cpu_isa isa) {
 // on AVX-512 (measured: 39 against 168 GFLOP/s on one core, docs/engine.md)
 // and has no bf16 matmul at all below AVX-512, so the products go through
 // sgemm on bf16 values instead.
+}  // namespace
+
 bool onednn_has_bf16_matmul() {
   static const bool usable = [] {
     if (!native_bf16(dnnl::get_effective_cpu_isa())) return false;
@@ -127,6 +102,8 @@ bool onednn_has_bf16_matmul() {
   }();
   return usable;
 }
+
+namespace {
 
 // The fallback: bf16 values held in float32, multiplied by OpenBLAS. Each
 // product of two bf16 values is exact in float32 and the sums are float32,
@@ -157,24 +134,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
     return sgemm(trans_a, trans_b, m, n, k, alpha, a32.data(), trans_a ? m : k, b32.data(), trans_b ? k : n, beta, c,
                  ldc);
   }
-  const int threads = num_threads();
-  set_openmp_threads(threads);
   const std::shared_ptr<const Matmul> matmul =
-      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads});
-  thread_local dnnl::stream stream(cpu_engine());
+      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, num_threads()});
   // oneDNN's memory objects take non-const pointers; it only reads A and B.
-  dnnl::memory a_mem(matmul->pd.src_desc(), cpu_engine(), const_cast<uint16_t*>(a));
-  dnnl::memory b_mem(matmul->pd.weights_desc(), cpu_engine(), const_cast<uint16_t*>(b));
-  dnnl::memory c_mem(matmul->pd.dst_desc(), cpu_engine(), c);
-  thread_local std::vector<unsigned char> scratch;
-  const dnnl::memory::desc scratch_md = matmul->pd.scratchpad_desc();
-  if (scratch.size() < scratch_md.get_size()) scratch.resize(scratch_md.get_size());
-  dnnl::memory scratch_mem(scratch_md, cpu_engine(), scratch.data());
-  matmul->primitive.execute(stream, {{DNNL_ARG_SRC, a_mem},
-                                     {DNNL_ARG_WEIGHTS, b_mem},
-                                     {DNNL_ARG_DST, c_mem},
-                                     {DNNL_ARG_SCRATCHPAD, scratch_mem}});
-  stream.wait();
+  dnnl::memory a_mem(matmul->pd.src_desc(), onednn::cpu_engine(), const_cast<uint16_t*>(a));
+  dnnl::memory b_mem(matmul->pd.weights_desc(), onednn::cpu_engine(), const_cast<uint16_t*>(b));
+  dnnl::memory c_mem(matmul->pd.dst_desc(), onednn::cpu_engine(), c);
+  onednn::execute(matmul->primitive, matmul->pd, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
 }
 
 void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -31,6 +31,11 @@ void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // vectorised at the CPU's level: the operands gemm_f32_in_bf16 multiplies.
 void round_to_bf16(const float* in, int64_t n, uint16_t* out);
 
+// Whether bf16 products go through oneDNN here: only on a CPU with bf16 dot
+// products (elsewhere oneDNN's emulation is slower than sgemm). Convolutions
+// take the same decision (conv_bf16.h).
+bool onednn_has_bf16_matmul();
+
 // What runs the bf16 products on this CPU.
 struct Bf16Support {
   bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)

@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <cctype>
+
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/secret.h"
 
@@ -21,7 +23,16 @@ int bind_alone(httplib::Server& server, const std::string& host, int port, const
 }
 
 bool bearer_token_matches(const std::string& authorization, const std::string& token) {
-  return authorization.rfind("Bearer ", 0) == 0 && same_secret(authorization.substr(7), token);
+  // RFC 7235: the scheme is case-insensitive ("bearer", "BEARER") and is
+  // followed by one or more spaces.
+  const std::string scheme = "bearer";
+  if (authorization.size() <= scheme.size()) return false;
+  for (size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return false;
+  size_t at = scheme.size();
+  if (authorization[at] != ' ') return false;
+  while (at < authorization.size() && authorization[at] == ' ') ++at;
+  return same_secret(authorization.substr(at), token);
 }
 
 bool is_loopback_host(const std::string& host) {

@@ -17,8 +17,8 @@ namespace gradmesh {
 // connections. Error(kIo) naming `what` host:port when it cannot bind.
 int bind_alone(httplib::Server& server, const std::string& host, int port, const std::string& what);
 
-// Whether an Authorization header carries `token` as "Bearer <token>"
-// (compared in constant time, core/secret.h).
+// Whether an Authorization header carries `token` as "Bearer <token>", the
+// scheme in any case (compared in constant time, core/secret.h).
 bool bearer_token_matches(const std::string& authorization, const std::string& token);
 
 // Whether `host` (a listen address) is reachable from this machine only:

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "gradmesh/core/error.h"
@@ -33,12 +34,22 @@ const Json& member(const Json& object, const char* key, const std::string& where
   return *it;
 }
 
+// The models compute in float32: a finite value beyond its range (3.5e38,
+// an FP64 1e300) would become an infinity, and converting it is undefined
+// besides. NaN and infinities (binary data only; JSON has none) pass here
+// and are the model's to refuse (ServedModel::rows_of).
+float to_float32(double x, const std::string& field) {
+  if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max())
+    bad_field(field, "is " + Json(x).dump() + ", outside float32's range (+-3.4028235e38)");
+  return static_cast<float>(x);
+}
+
 float element(const Json& v, Datatype type, const std::string& field) {
   switch (type) {
     case Datatype::kFp32:
     case Datatype::kFp64:
       if (!v.is_number()) bad_field(field, "is " + type_text(v) + "; expected a number");
-      return static_cast<float>(v.get<double>());
+      return to_float32(v.get<double>(), field);
     case Datatype::kBool:
       if (!v.is_boolean()) bad_field(field, "is " + type_text(v) + "; expected true or false");
       return v.get<bool>() ? 1.0f : 0.0f;
@@ -94,7 +105,7 @@ std::vector<float> from_binary(const char* bytes, int64_t count, Datatype type, 
     if (integer && std::fabs(x) > kExactInFloat)
       bad_field(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
                      "; integers are computed in float32, exact within +-16777216");
-    out[static_cast<size_t>(i)] = static_cast<float>(x);
+    out[static_cast<size_t>(i)] = to_float32(x, field + " element " + std::to_string(i));
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "gradmesh/serve/served_model.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "gradmesh/autograd/tape.h"
@@ -19,6 +20,19 @@ int64_t product(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+
+// NaN, an infinity, or a value float32 cannot hold (a JSON 3.5e38 would
+// have been read as infinity) gives confident logits for an input the model
+// never saw: refused, naming the element.
+void check_finite_values(const InferInput& in, const std::string& field) {
+  const float* v = in.values.data();
+  for (int64_t i = 0; i < in.values.numel(); ++i)
+    if (!std::isfinite(v[i]))
+      throw_error(ErrorKind::kUsage, field,
+                  "holds " + std::string(std::isnan(v[i]) ? "NaN" : "a value outside float32's range") +
+                      " at element " + std::to_string(i) + "; the model takes finite FP32 values");
 }
 
 }  // namespace
@@ -46,6 +60,9 @@ ServedModel::~ServedModel() = default;
 
 TensorSpec ServedModel::input() const {
   if (shape_.kind == "gpt") return {"tokens", Datatype::kInt64, {-1, -1}};
+  // An MLP takes flat feature vectors, a CNN images: each declares the shape
+  // its first layer reads, and requests must match it exactly.
+  if (shape_.kind == "mlp") return {"input", Datatype::kFp32, {-1, product(shape_.sample)}};
   Shape s{-1};
   s.insert(s.end(), shape_.sample.begin(), shape_.sample.end());
   return {"input", Datatype::kFp32, s};
@@ -81,12 +98,16 @@ Tensor ServedModel::rows_of(const InferInput& in) const {
   if (in.datatype != Datatype::kFp32 && in.datatype != Datatype::kFp64)
     throw_error(ErrorKind::kUsage, field,
                 std::string("has datatype ") + datatype_name(in.datatype) + "; expected FP32 (or FP64)");
-  const int64_t sample = product(shape_.sample);
-  Shape trailing(in.shape.begin() + (in.shape.empty() ? 0 : 1), in.shape.end());
-  if (in.shape.size() < 2 || in.shape[0] < 1 || product(trailing) != sample)
+  // The metadata's shape exactly, -1 (the batch) standing for any size from
+  // 1: a [1, 28, 28, 1] or [1, 2, 392] request for a [-1, 1, 28, 28] model
+  // holds the right number of values in an order the model would misread.
+  bool matches = in.shape.size() == spec.shape.size() && in.shape[0] >= 1;
+  for (size_t d = 1; matches && d < spec.shape.size(); ++d) matches = in.shape[d] == spec.shape[d];
+  if (!matches)
     throw_error(ErrorKind::kUsage, field,
-                "has shape " + shape_text(in.shape) + "; expected [batch, " +
-                    shape_text(shape_.sample).substr(1) + " or [batch, " + std::to_string(sample) + "]");
+                "has shape " + shape_text(in.shape) + "; model '" + name_ + "' takes " + shape_text(spec.shape) +
+                    " (-1: any batch size from 1)");
+  check_finite_values(in, field);
   Shape rows{in.shape[0]};
   rows.insert(rows.end(), shape_.sample.begin(), shape_.sample.end());
   return in.values.view(rows);
