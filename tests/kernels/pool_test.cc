@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "gradmesh/kernels/isa.h"
 #include "gradmesh/kernels/pool.h"
 
 namespace gradmesh::kernels {
@@ -130,35 +131,49 @@ std::vector<float> tie_heavy_values(int64_t n) {
   return x;
 }
 
-TEST(MaxPool, MatchesReferenceOnManyGeometries) {
-  // Includes 2x2/stride-2 planes with odd sizes and widths of 8+ windows (vectorised paths).
-  const std::vector<PoolGeometry> geometries = {
-      {3, 4, 4, 2, 2, 0},  {2, 5, 5, 2, 2, 0},  {2, 6, 19, 2, 2, 0}, {1, 7, 17, 2, 2, 0}, {2, 26, 26, 2, 2, 0},
-      {2, 5, 6, 3, 2, 1},  {1, 7, 7, 3, 1, 1},  {2, 6, 5, 2, 1, 0},  {1, 9, 9, 3, 3, 0},  {2, 8, 8, 4, 2, 2},
-  };
-  for (const PoolGeometry& g : geometries) {
-    SCOPED_TRACE(::testing::Message() << "planes=" << g.planes << " " << g.height << "x" << g.width << " kernel="
-                                      << g.kernel << " stride=" << g.stride << " padding=" << g.padding);
-    const std::vector<float> x = tie_heavy_values(g.planes * g.height * g.width);
-    const PoolResult got = pool(g, x), want = pool_reference(g, x);
-    EXPECT_EQ(got.y, want.y);
-    EXPECT_EQ(got.argmax, want.argmax);
+void expect_pool_matches_reference(const PoolGeometry& g) {
+  const std::vector<float> x = tie_heavy_values(g.planes * g.height * g.width);
+  const PoolResult got = pool(g, x), want = pool_reference(g, x);
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.argmax, want.argmax);
 
-    // Backward without accumulate must overwrite every element, including rows and
-    // columns that no window covers; with accumulate it adds to what is there.
-    std::vector<float> dy(got.y.size());
-    for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i % 13) + 1.0f;
-    std::vector<float> expected(x.size(), 0.0f);
-    const int64_t plane = g.height * g.width, out_plane = g.out_h() * g.out_w();
-    for (size_t i = 0; i < dy.size(); ++i)
-      expected[static_cast<int64_t>(i) / out_plane * plane + want.argmax[i]] += dy[i];
-    std::vector<float> dx(x.size(), std::numeric_limits<float>::quiet_NaN());
-    max_pool_backward(g, dy.data(), got.argmax.data(), dx.data(), false);
-    EXPECT_EQ(dx, expected);
-    std::vector<float> acc(x.size(), 1.0f);
-    max_pool_backward(g, dy.data(), got.argmax.data(), acc.data(), true);
-    for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], expected[i] + 1.0f) << i;
-  }
+  // Backward without accumulate must overwrite every element, including rows and
+  // columns that no window covers; with accumulate it adds to what is there.
+  std::vector<float> dy(got.y.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i % 13) + 1.0f;
+  std::vector<float> expected(x.size(), 0.0f);
+  const int64_t plane = g.height * g.width, out_plane = g.out_h() * g.out_w();
+  for (size_t i = 0; i < dy.size(); ++i)
+    expected[static_cast<int64_t>(i) / out_plane * plane + want.argmax[i]] += dy[i];
+  std::vector<float> dx(x.size(), std::numeric_limits<float>::quiet_NaN());
+  max_pool_backward(g, dy.data(), got.argmax.data(), dx.data(), false);
+  EXPECT_EQ(dx, expected);
+  std::vector<float> acc(x.size(), 1.0f);
+  max_pool_backward(g, dy.data(), got.argmax.data(), acc.data(), true);
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], expected[i] + 1.0f) << i;
+}
+
+// At every instruction-set level the CPU has (the 2x2 / stride-2 path has
+// an SSE2 copy and an AVX-512 one of up to 16 windows per step, masked at
+// a row's end).
+TEST(MaxPool, MatchesReferenceOnManyGeometries) {
+  // Includes 2x2/stride-2 planes with odd sizes, widths of 8+ windows, and
+  // rows of exactly 32 and of 35 windows (two whole 16-lane steps, then a partial one).
+  const std::vector<PoolGeometry> geometries = {
+      {3, 4, 4, 2, 2, 0}, {2, 5, 5, 2, 2, 0}, {2, 6, 19, 2, 2, 0}, {1, 7, 17, 2, 2, 0}, {2, 26, 26, 2, 2, 0},
+      {3, 11, 11, 2, 2, 0}, {1, 6, 64, 2, 2, 0}, {2, 5, 71, 2, 2, 0}, {2, 5, 6, 3, 2, 1}, {1, 7, 7, 3, 1, 1},
+      {2, 6, 5, 2, 1, 0}, {1, 9, 9, 3, 3, 0}, {2, 8, 8, 4, 2, 2},
+  };
+  for (const IsaLevel level : {IsaLevel::kBaseline, IsaLevel::kAvx2, IsaLevel::kAvx512})
+    for (const PoolGeometry& g : geometries) {
+      if (static_cast<int>(level) > static_cast<int>(cpu_isa())) continue;
+      set_max_isa(level);
+      SCOPED_TRACE(::testing::Message() << isa_name(level) << ": planes=" << g.planes << " " << g.height << "x"
+                                        << g.width << " kernel=" << g.kernel << " stride=" << g.stride
+                                        << " padding=" << g.padding);
+      expect_pool_matches_reference(g);
+    }
+  set_max_isa(IsaLevel::kAvx512);
 }
 
 TEST(MaxPool, WindowOfNaNsYieldsNaN) {
@@ -180,16 +195,21 @@ TEST(MaxPool, WindowOfNaNsYieldsNaN) {
 TEST(MaxPool, NaNPropagatesFromAnyWindowPosition) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // 2x2 stride 2 (the fast path) and 2x2 stride 1 (the general path) over the same 2x2 plane.
-  for (const PoolGeometry& g : {PoolGeometry{1, 2, 2, 2, 2, 0}, PoolGeometry{1, 2, 2, 2, 1, 0}}) {
-    for (int position = 0; position < 4; ++position) {
-      std::vector<float> x = {1, 2, 3, 4};
-      x[position] = nan;
-      const PoolResult r = pool(g, x);
-      EXPECT_TRUE(std::isnan(r.y[0])) << "stride " << g.stride << ", NaN at window position " << position
-                                      << " gave " << r.y[0];
-      EXPECT_EQ(r.argmax[0], position);
+  for (const IsaLevel level : {IsaLevel::kBaseline, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(cpu_isa())) continue;
+    set_max_isa(level);
+    for (const PoolGeometry& g : {PoolGeometry{1, 2, 2, 2, 2, 0}, PoolGeometry{1, 2, 2, 2, 1, 0}}) {
+      for (int position = 0; position < 4; ++position) {
+        std::vector<float> x = {1, 2, 3, 4};
+        x[position] = nan;
+        const PoolResult r = pool(g, x);
+        EXPECT_TRUE(std::isnan(r.y[0])) << isa_name(level) << ", stride " << g.stride << ", NaN at window position "
+                                        << position << " gave " << r.y[0];
+        EXPECT_EQ(r.argmax[0], position);
+      }
     }
   }
+  set_max_isa(IsaLevel::kAvx512);
 }
 
 }  // namespace
