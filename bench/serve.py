@@ -256,7 +256,7 @@ def batching_figures(g, tmp, seconds):
 
 
 def http_figures(g, tmp, seconds):
-    """The HTTP layer alone (cpp-httplib and the routes, no model): GET
+    """The HTTP layer alone (the event-driven front end, net/http_server.h, and the routes, no model): GET
     /v2/health/ready, against one inference request's cost above."""
     proc, port = start([g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0", "--http-threads", "80"],
                        os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
@@ -266,7 +266,7 @@ def http_figures(g, tmp, seconds):
     try:
         for c in (1, 8, 32):
             rate, p50, p99, _ = wrk(port, "/v2/health/ready", None, c, seconds)
-            print(f"| gradmesh serve (cpp-httplib) | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} |", flush=True)
+            print(f"| gradmesh serve (Boost.Beast front end) | {c} | {rate:.0f} | {p50:.2f} | {p99:.2f} |", flush=True)
     finally:
         stop(proc)
 

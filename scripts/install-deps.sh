@@ -19,6 +19,7 @@ packages=(
   openssl                                 # the etcd TLS test's certificates
   libgloo-dev                             # TCP collectives
   libcpp-httplib-dev                      # the HTTP server of gradmesh serve
+  libboost-dev                            # Boost.Beast and Asio: the event-driven HTTP server (net/http_server.cc)
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun
   iproute2                                # network-namespace tests (two emulated hosts)
   libgtest-dev libgmock-dev               # tests

@@ -2,9 +2,14 @@
 // nn::generate gives for the seed, /generate_stream sends the same text as
 // server-sent events ending with the finish reason, and models or requests
 // that cannot generate get a 400 naming why.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -22,6 +27,51 @@ using Json = nlohmann::json;
 using testing::letters;
 using testing::tiny_gpt_spec;
 
+
+// A request sent on a raw socket, which the test can then read part of and close.
+class RawRequest {
+ public:
+  RawRequest(int port, const std::string& path, const std::string& body) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{30, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                 ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
+  }
+  ~RawRequest() { hang_up(); }
+  bool connected() const { return connected_; }
+  // Reads until `text` has arrived (or the connection closes: then all of it).
+  std::string read_until(const std::string& text) {
+    char buf[4096];
+    while (text.empty() || received_.find(text) == std::string::npos) {
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      received_.append(buf, static_cast<size_t>(n));
+    }
+    return received_;
+  }
+  void hang_up() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+  std::string received_;
+};
+
+// The tokens generated so far by `lm`, as /metrics counts them (0 before any).
+double generated_tokens(const InferenceServer& server) {
+  const std::string text = server.metrics_text(), key = "gradmesh_serve_generated_tokens_total{model=\"lm\"} ";
+  const size_t at = text.find(key);
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + key.size()));
+}
 
 class GenerateEndpoint : public ::testing::Test {
  protected:
@@ -90,6 +140,47 @@ TEST_F(GenerateEndpoint, WholeAndStreamedTextIsWhatGenerateGivesForTheSeed) {
   EXPECT_GT(events, 1) << "text arrives token by token";
   EXPECT_EQ(last["finish_reason"], "length");
   EXPECT_NE(server_->metrics_text().find("gradmesh_serve_generated_tokens_total{model=\"lm\"} 24"), std::string::npos);
+}
+
+// A client that hangs up cancels its sequence at the next step, whole or
+// streamed: a million tokens asked for, far fewer generated.
+TEST_F(GenerateEndpoint, AClientThatHangsUpCancelsItsGeneration) {
+  const std::string body = R"({"text_input": "abc", "parameters": {"max_tokens": 1000000, "seed": 1}})";
+  double before = 0;
+  for (const std::string path : {"/v2/models/lm/generate_stream", "/v2/models/lm/generate"}) {
+    SCOPED_TRACE(path);
+    {
+      RawRequest r(port_, path, body);
+      ASSERT_TRUE(r.connected());
+      if (path.find("stream") != std::string::npos) {
+        ASSERT_NE(r.read_until("data: ").find("data: "), std::string::npos);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }  // hangs up
+    double now = before;
+    for (int i = 0; i < 600 && now == before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      now = generated_tokens(*server_);
+    }
+    EXPECT_GT(now, before) << "the generation never ended";
+    EXPECT_LT(now - before, 1000000) << "the generation ran to max_tokens after its client had gone";
+    before = now;
+  }
+}
+
+// SIGTERM's stop(): a stream in flight runs to its final event.
+TEST_F(GenerateEndpoint, StopLetsAStreamInFlightEndWithItsFinalEvent) {
+  RawRequest r(port_, "/v2/models/lm/generate_stream",
+               R"({"text_input": "abc", "parameters": {"max_tokens": 3000, "seed": 2}})");
+  ASSERT_TRUE(r.connected());
+  ASSERT_NE(r.read_until("data: ").find("data: "), std::string::npos);
+  std::thread stopper([this] { server_->stop(); });
+  const std::string all = r.read_until("");
+  stopper.join();
+  EXPECT_NE(all.find("\"finish_reason\":\"length\""), std::string::npos) << all.substr(all.size() > 400 ? all.size() - 400 : 0);
+  EXPECT_NE(all.find("\"tokens\":3000"), std::string::npos);
+  EXPECT_NE(all.find("\r\n0\r\n\r\n"), std::string::npos) << "the stream's last chunk";
 }
 
 TEST_F(GenerateEndpoint, ModelsAndRequestsThatCannotGenerateAreNamed) {

@@ -306,8 +306,19 @@ void add_serve(CLI::App& app, Commands& commands, std::vector<std::string> comma
   serve->add_option("--max-streams", a->server.generation.max_streams,
                     "A GPT's sequences generated together (continuous batching)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
-  serve->add_option("--http-threads", a->server.http_threads, "Connections served at once")
+  serve->add_option("--http-threads", a->server.http_threads,
+                    "Requests handled at once (inference, generation; idle and slow connections hold none)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+  serve->add_option("--max-connections", a->server.max_connections, "Open connections at once (more: 503 at once)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  serve->add_option("--header-timeout", a->server.header_timeout_seconds,
+                    "Seconds for a request's line and headers, from its first byte (longer: 408)")
+      ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
+  serve->add_option("--body-timeout", a->server.body_timeout_seconds, "Seconds for a request's whole body (longer: 408)")
+      ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
+  serve->add_option("--drain-timeout", a->server.drain_timeout_seconds,
+                    "Seconds that requests and streams in flight get to finish after SIGTERM")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   serve->add_option("--threads", a->threads, "Compute threads of each forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
   serve->add_option("--precision", a->precision,

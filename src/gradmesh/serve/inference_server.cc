@@ -1,7 +1,5 @@
 #include "gradmesh/serve/inference_server.h"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +18,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/parse_number.h"
 #include "gradmesh/net/http_listen.h"
+#include "gradmesh/net/http_server.h"
 #include "gradmesh/obs/prometheus.h"
 
 namespace gradmesh::serve {
@@ -34,22 +33,55 @@ Json spec_json(const TensorSpec& s) {
   return {{"name", s.name}, {"datatype", datatype_name(s.datatype)}, {"shape", s.shape}};
 }
 
-void reply(httplib::Response& res, int status, const std::string& body) {
+using net::HttpRequest;
+using net::HttpResponse;
+
+void reply(HttpResponse& res, int status, const std::string& body) {
   res.status = status;
-  res.set_content(body, "application/json");
+  res.content_type = "application/json";
+  res.body = body;
 }
 
-void reply_error(httplib::Response& res, int status, const std::string& message) {
+void reply_error(HttpResponse& res, int status, const std::string& message) {
   reply(res, status, error_json(message));
 }
 
 // A model's queue is full (or the server is stopping): 503 with Retry-After.
-void reply_busy(httplib::Response& res, const std::string& model, const QueueFull& full) {
-  res.set_header("Retry-After", "1");
+void reply_busy(HttpResponse& res, const std::string& model, const QueueFull& full) {
+  res.headers.emplace_back("Retry-After", "1");
   reply_error(res, 503, "model '" + model + "' is busy: " + full.what() + "; retry later");
 }
 
 }  // namespace
+
+// /v2/models/{name}[/versions/{version}][/{action}]: false for any other path.
+// (Not in the anonymous namespace: Impl's route lambdas capture it.)
+struct ModelPath {
+  std::string name, version, action;
+};
+static bool parse_model_path(const std::string& path, ModelPath& out) {
+  const std::string prefix = "/v2/models/";
+  if (path.rfind(prefix, 0) != 0) return false;
+  std::vector<std::string> parts;
+  size_t at = prefix.size();
+  while (at <= path.size()) {
+    const size_t slash = path.find('/', at);
+    parts.push_back(path.substr(at, slash == std::string::npos ? std::string::npos : slash - at));
+    if (slash == std::string::npos) break;
+    at = slash + 1;
+  }
+  for (const std::string& part : parts)
+    if (part.empty()) return false;
+  size_t next = 1;
+  if (parts.size() >= 3 && parts[1] == "versions") {
+    out.version = parts[2];
+    next = 3;
+  }
+  if (parts.size() > next + 1) return false;
+  out.name = parts[0];
+  out.action = parts.size() == next + 1 ? parts[next] : "";
+  return true;
+}
 
 struct InferenceServer::Impl {
   // One loaded version of a model. Requests hold the version they arrived
@@ -85,12 +117,11 @@ struct InferenceServer::Impl {
   std::map<std::string, std::unique_ptr<Entry>> models;
   std::thread watcher;
   double watch_interval = 1.0;
-  httplib::Server http;
+  std::unique_ptr<net::HttpServer> http;
   std::atomic<bool> stopping{false};
   std::once_flag stopped;
   std::mutex run_mutex;
   std::condition_variable run_done;
-  bool running = false;
 
   obs::MetricsRegistry metrics;
   obs::CounterFamily& requests = metrics.counter(
@@ -119,15 +150,15 @@ struct InferenceServer::Impl {
   obs::CounterFamily& reloads =
       metrics.counter("gradmesh_serve_reloads_total", "Hot reloads of a model from its checkpoints, by result.");
 
-  std::shared_ptr<Version> find(const httplib::Request& req, httplib::Response& res) {
-    const std::string name = req.matches[1];
+  std::shared_ptr<Version> find(const ModelPath& where, HttpResponse& res) {
+    const std::string& name = where.name;
     const auto it = models.find(name);
     if (it == models.end()) {
       reply_error(res, 404, "model '" + name + "' is not served here");
       return nullptr;
     }
     std::shared_ptr<Version> v = it->second->snapshot();
-    const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
+    const std::string& version = where.version;
     if (!version.empty() && version != v->model->version()) {
       reply_error(res, 404, "model '" + name + "' has no version '" + version + "'; it serves version '" +
                                 v->model->version() + "'");
@@ -194,8 +225,8 @@ struct InferenceServer::Impl {
     if (old->generator) old->generator->stop();
   }
 
-  void metadata(const httplib::Request& req, httplib::Response& res) {
-    const std::shared_ptr<Version> e = find(req, res);
+  void metadata(const ModelPath& where, HttpResponse& res) {
+    const std::shared_ptr<Version> e = find(where, res);
     if (!e) return;
     Json outputs = Json::array();
     for (const TensorSpec& s : e->model->outputs()) outputs.push_back(spec_json(s));
@@ -208,9 +239,9 @@ struct InferenceServer::Impl {
               .dump());
   }
 
-  void infer(const httplib::Request& req, httplib::Response& res) {
+  void infer(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
     const double start = now_seconds();
-    const std::shared_ptr<Version> e = find(req, res);
+    const std::shared_ptr<Version> e = find(where, res);
     if (!e) return;
     const obs::Labels model{{"model", e->model->name()}};
     auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
@@ -218,8 +249,8 @@ struct InferenceServer::Impl {
     Tensor rows;
     try {
       int64_t header_length = -1;
-      if (req.has_header("Inference-Header-Content-Length")) {
-        const std::string text = req.get_header_value("Inference-Header-Content-Length");
+      const std::string text = req.header("Inference-Header-Content-Length");
+      if (!text.empty()) {
         const std::optional<int64_t> n = try_parse_int(text, 0, options.max_body_bytes);
         if (!n) throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length", "is '" + text + "'; expected a byte count");
         header_length = *n;
@@ -252,8 +283,9 @@ struct InferenceServer::Impl {
         std::string body = infer_response_binary(e->model->name(), e->model->version(), request.id, outputs,
                                                  request.binary_output, request.binary_outputs, &header_length);
         res.status = 200;
-        res.set_header("Inference-Header-Content-Length", std::to_string(header_length));
-        res.set_content(std::move(body), "application/octet-stream");
+        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header_length));
+        res.content_type = "application/octet-stream";
+        res.body = std::move(body);
       } else {
         reply(res, 200, infer_response_json(e->model->name(), e->model->version(), request.id, outputs));
       }
@@ -269,7 +301,7 @@ struct InferenceServer::Impl {
 
   // Starts the sequence; its events arrive in the returned channel. Replies
   // (and returns null) for a bad request or a full queue.
-  std::shared_ptr<Channel> start_generation(const Version& e, const httplib::Request& req, httplib::Response& res,
+  std::shared_ptr<Channel> start_generation(const Version& e, const HttpRequest& req, HttpResponse& res,
                                             double start) {
     const std::string name = e.model->name();
     auto count = [&](int status) { requests.add({{"model", name}, {"status", std::to_string(status)}}); };
@@ -314,6 +346,14 @@ struct InferenceServer::Impl {
     return channel;
   }
 
+  // A stream whose client left: its sequence ends at the next step, and the
+  // tokens it generated still count.
+  void count_cancelled(Channel& channel, const std::string& model, double start) {
+    std::unique_lock<std::mutex> lock(channel.mutex);
+    channel.changed.wait(lock, [&] { return channel.finished; });
+    if (!channel.events.empty() && channel.events.back().done) generation_done(model, channel.events.back(), start);
+  }
+
   // A generation's last event has been answered.
   void generation_done(const std::string& model, const GenerationEvent& last, double start) {
     generated_tokens.add({{"model", model}}, static_cast<double>(last.tokens));
@@ -327,14 +367,16 @@ struct InferenceServer::Impl {
     return j;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res) {
+  void generate(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
     const double start = now_seconds();
-    const std::shared_ptr<Version> e = find(req, res);
+    const std::shared_ptr<Version> e = find(where, res);
     if (!e) return;
     std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
     if (!channel) return;
     std::unique_lock<std::mutex> lock(channel->mutex);
-    channel->changed.wait(lock, [&] { return channel->finished; });
+    // A client that hangs up cancels its sequence at the next step, freeing its slot.
+    while (!channel->changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return channel->finished; }))
+      if (req.client_gone()) *channel->cancelled = true;
     const std::string name = e->model->name();
     if (!channel->error.empty()) {
       reply_error(res, 500, "generation failed: " + channel->error);
@@ -349,104 +391,109 @@ struct InferenceServer::Impl {
     requests.add({{"model", name}, {"status", "200"}});
   }
 
-  // Server-sent events: one `data: {...}` per piece of text, the last with finish_reason.
-  void generate_stream(const httplib::Request& req, httplib::Response& res) {
+  // Server-sent events: one `data: {...}` per piece of text, the last with
+  // finish_reason. A client that leaves cancels the sequence at its next step.
+  void generate_stream(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
     const double start = now_seconds();
-    const std::shared_ptr<Version> e = find(req, res);
+    const std::shared_ptr<Version> e = find(where, res);
     if (!e) return;
     std::shared_ptr<Channel> channel = start_generation(*e, req, res, start);
     if (!channel) return;
     requests.add({{"model", e->model->name()}, {"status", "200"}});
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, e, channel, start](size_t, httplib::DataSink& sink) {
-      std::unique_lock<std::mutex> lock(channel->mutex);
-      channel->changed.wait(lock, [&] { return !channel->events.empty() || channel->finished; });
-      std::string out;
-      bool done = false;
-      while (!channel->events.empty()) {
-        const GenerationEvent event = channel->events.front();
-        channel->events.pop_front();
-        out += "data: " + generation_json(*e, event.text, event).dump(-1, ' ', false, Json::error_handler_t::replace) +
-               "\n\n";
-        if (event.done) {
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.content_type = "text/event-stream";
+    res.stream = [this, e, channel, start](net::ChunkWriter& writer) {
+      for (bool done = false; !done;) {
+        std::unique_lock<std::mutex> lock(channel->mutex);
+        channel->changed.wait(lock, [&] { return !channel->events.empty() || channel->finished; });
+        std::string out;
+        while (!channel->events.empty()) {
+          const GenerationEvent event = channel->events.front();
+          channel->events.pop_front();
+          out += "data: " + generation_json(*e, event.text, event).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                 "\n\n";
+          if (event.done) {
+            done = true;
+            generation_done(e->model->name(), event, start);
+          }
+        }
+        if (!channel->error.empty()) {
+          out += "event: error\ndata: " + error_json("generation failed: " + channel->error) + "\n\n";
           done = true;
-          generation_done(e->model->name(), event, start);
+        }
+        lock.unlock();
+        if (!out.empty() && !writer.write(out)) {
+          *channel->cancelled = true;  // the client left: the sequence stops at its next step
+          if (!done) count_cancelled(*channel, e->model->name(), start);
+          return;
         }
       }
-      if (!channel->error.empty()) {
-        out += "event: error\ndata: " + error_json("generation failed: " + channel->error) + "\n\n";
-        done = true;
-      }
-      lock.unlock();
-      if (!out.empty() && !sink.write(out.data(), out.size())) {
-        *channel->cancelled = true;  // the client left: the sequence stops at its next step
-        return false;
-      }
-      if (done) sink.done();
-      return true;
-    });
+    };
   }
 
-  void route() {
-    http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
-    // A response is written as headers, then body: without TCP_NODELAY the
-    // body waits for the client's delayed ACK, 40 ms on Linux.
-    http.set_tcp_nodelay(true);
-    const int threads = options.http_threads;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (options.token.empty() || req.path.rfind("/v2/health/", 0) == 0) return httplib::Server::HandlerResponse::Unhandled;
-      const std::string auth = req.get_header_value("Authorization");
-      if (bearer_token_matches(auth, options.token))
-        return httplib::Server::HandlerResponse::Unhandled;
-      res.set_header("WWW-Authenticate", "Bearer");
-      reply_error(res, 401, auth.empty() ? "this server requires \"Authorization: Bearer <token>\""
-                                         : "the bearer token is not the server's");
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // Statuses the library sets itself (404 without a route, 413, 400 for a
-    // malformed request line) get the protocol's JSON body too.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      const std::string why = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                              : res.status == 413 ? "the request body is larger than the server accepts"
-                                                  : "malformed request (HTTP " + std::to_string(res.status) + ")";
-      reply_error(res, res.status, why);
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "unknown error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      reply_error(res, 500, "internal error: " + what);
-    });
-    http.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
-      reply(res, 200, Json{{"live", true}}.dump());
-    });
-    http.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-      const bool ready = !stopping;
-      reply(res, ready ? 200 : 503, Json{{"ready", ready}}.dump());
-    });
-    http.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
-      reply(res, 200, Json{{"name", "gradmesh"}, {"version", GRADMESH_VERSION}, {"extensions", Json::array()}}.dump());
-    });
-    const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
-    http.Get(model, [this](const httplib::Request& req, httplib::Response& res) { metadata(req, res); });
-    http.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
-      if (const std::shared_ptr<Version> e = find(req, res)) reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
-    });
-    http.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res) { infer(req, res); });
-    http.Post(model + "/generate", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res); });
-    http.Post(model + "/generate_stream",
-              [this](const httplib::Request& req, httplib::Response& res) { generate_stream(req, res); });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = 200;
-      res.set_content(render_metrics(), "text/plain; version=0.0.4");
-    });
+  // Health, server metadata and metrics run on the event loop (they never
+  // block, so they answer while inference is saturated); the rest on the workers.
+  net::HttpRoute route(const HttpRequest& head) {
+    using net::Lane;
+    const bool health = head.path.rfind("/v2/health/", 0) == 0;
+    if (!options.token.empty() && !health) {
+      const std::string auth = head.header("Authorization");
+      if (!bearer_token_matches(auth, options.token))
+        return {Lane::kInline, [auth](const HttpRequest&, HttpResponse& res) {
+                  res.headers.emplace_back("WWW-Authenticate", "Bearer");
+                  reply_error(res, 401, auth.empty() ? "this server requires \"Authorization: Bearer <token>\""
+                                                     : "the bearer token is not the server's");
+                }};
+    }
+    const bool get = head.method == "GET", post = head.method == "POST";
+    if (get && head.path == "/v2/health/live")
+      return {Lane::kInline, [](const HttpRequest&, HttpResponse& res) { reply(res, 200, Json{{"live", true}}.dump()); }};
+    if (get && head.path == "/v2/health/ready")
+      return {Lane::kInline, [this](const HttpRequest&, HttpResponse& res) {
+                const bool ready = !stopping;
+                reply(res, ready ? 200 : 503, Json{{"ready", ready}}.dump());
+              }};
+    if (get && head.path == "/v2")
+      return {Lane::kInline, [](const HttpRequest&, HttpResponse& res) {
+                reply(res, 200,
+                      Json{{"name", "gradmesh"}, {"version", GRADMESH_VERSION}, {"extensions", Json::array()}}.dump());
+              }};
+    if (get && head.path == "/metrics")
+      return {Lane::kInline, [this](const HttpRequest&, HttpResponse& res) {
+                res.content_type = "text/plain; version=0.0.4";
+                res.body = render_metrics();
+              }};
+    ModelPath where;
+    if (!parse_model_path(head.path, where)) return {};
+    if (get && where.action.empty())
+      return {Lane::kInline, [this, where](const HttpRequest&, HttpResponse& res) { metadata(where, res); }};
+    if (get && where.action == "ready")
+      return {Lane::kInline, [this, where](const HttpRequest&, HttpResponse& res) {
+                if (const std::shared_ptr<Version> e = find(where, res))
+                  reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
+              }};
+    if (post && where.action == "infer")
+      return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { infer(where, req, res); }};
+    if (post && where.action == "generate")
+      return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { generate(where, req, res); }};
+    if (post && where.action == "generate_stream")
+      return {Lane::kWorker,
+              [this, where](const HttpRequest& req, HttpResponse& res) { generate_stream(where, req, res); }};
+    return {};
+  }
+
+  net::HttpServerOptions http_options() const {
+    net::HttpServerOptions o;
+    o.host = options.host;
+    o.port = options.port;
+    o.worker_threads = options.http_threads;
+    o.max_connections = options.max_connections;
+    o.max_body_bytes = options.max_body_bytes;
+    o.max_header_bytes = options.max_header_bytes;
+    o.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.header_timeout_seconds * 1000));
+    o.body_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.body_timeout_seconds * 1000));
+    o.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.idle_timeout_seconds * 1000));
+    return o;
   }
 
   std::string render_metrics() {
@@ -471,28 +518,17 @@ InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> model
     impl_->model_info.set({{"model", name}, {"version", m->version()}}, 1);
     impl_->models.emplace(name, std::move(e));
   }
-  impl_->route();
+  impl_->http = std::make_unique<net::HttpServer>(
+      impl_->http_options(), [impl = impl_.get()](const HttpRequest& head) { return impl->route(head); });
 }
 
 InferenceServer::~InferenceServer() { stop(); }
 
-int InferenceServer::bind() {
-  const ServerOptions& o = impl_->options;
-  return bind_alone(impl_->http, o.host, o.port, "");
-}
+int InferenceServer::bind() { return impl_->http->bind(); }
 
 void InferenceServer::run() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->run_mutex);
-    if (impl_->stopping) return;
-    impl_->running = true;
-  }
-  impl_->http.listen_after_bind();  // returns once stopped and every connection's handler has finished
-  {
-    std::lock_guard<std::mutex> lock(impl_->run_mutex);
-    impl_->running = false;
-  }
-  impl_->run_done.notify_all();
+  if (impl_->stopping) return;
+  impl_->http->run();  // returns once stop() has drained
 }
 
 void InferenceServer::stop() {
@@ -502,11 +538,9 @@ void InferenceServer::stop() {
       impl_->stopping = true;
     }
     impl_->run_done.notify_all();  // the watcher waits on it between polls
-    impl_->http.stop();
-    // Requests in flight finish first: their handlers wait on the batchers.
-    std::unique_lock<std::mutex> lock(impl_->run_mutex);
-    impl_->run_done.wait(lock, [this] { return !impl_->running; });
-    lock.unlock();
+    // Requests and streams in flight finish first (their handlers wait on
+    // the batchers and generators, which run until below), for up to the drain timeout.
+    impl_->http->stop(std::chrono::milliseconds(static_cast<int64_t>(impl_->options.drain_timeout_seconds * 1000)));
     if (impl_->watcher.joinable()) impl_->watcher.join();
     for (auto& [name, e] : impl_->models) {
       e->batcher->stop();

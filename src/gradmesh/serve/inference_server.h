@@ -15,7 +15,8 @@
 // (the message names the field), 401 without the token, 404 for an unknown
 // model, version or path, 413 for a body over the limit, 503 with
 // Retry-After when a model's queue is full or the server is stopping.
-// The HTTP library (cpp-httplib) stays inside inference_server.cc.
+// The HTTP front end is net::HttpServer (event-driven; its deadlines and
+// limits are ServerOptions' below).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,13 @@ struct ServerOptions {
   RequestLimits limits;
   BatchOptions batch;
   GenerationOptions generation;
-  int http_threads = 16;                       // connections served at once
+  int http_threads = 16;                       // requests handled at once (idle connections hold none)
+  int64_t max_connections = 1024;              // more are answered 503 at once
+  int64_t max_header_bytes = int64_t{64} << 10;  // larger request headers get 431
+  double header_timeout_seconds = 10;          // a request's line and headers, from its first byte (408)
+  double body_timeout_seconds = 60;            // its whole body (408)
+  double idle_timeout_seconds = 60;            // a keep-alive connection between requests
+  double drain_timeout_seconds = 30;           // stop(): how long requests and streams in flight may finish
 };
 
 class InferenceServer {
@@ -53,8 +60,9 @@ class InferenceServer {
   int bind();
   // Answers requests until stop(). REQUIRES: bind() succeeded.
   void run();
-  // Stops accepting connections, lets requests in flight finish (their
-  // batches run), then returns; run() returns too. Safe from any thread.
+  // Stops accepting connections, lets requests and streams in flight finish
+  // (their batches and generations run) for up to drain_timeout_seconds,
+  // closes what is left, then returns; run() returns too. Safe from any thread.
   void stop();
 
   // The /metrics text.
