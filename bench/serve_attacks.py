@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Slow and greedy clients against `gradmesh serve`, on loopback.
+
+Holds 16 connections that send one header line every 2 s, 20 that send a
+declared 50 MB body at 1 KB per 2 s, and 200 half-sent requests, then times
+20 health probes and 20 JSON inference requests while they hold; sends 11
+pipelined requests in one write and counts the answers; then SIGTERM, and
+the time to exit.
+
+usage: bench/serve_attacks.py GRADMESH RUN_DIR
+       (RUN_DIR: a trained classifier run, e.g. from
+        gradmesh train examples/mlp.toml --set data.limit_train=384)
+"""
+import json, socket, subprocess, sys, threading, time, re, signal
+
+g, run = sys.argv[1], sys.argv[2]
+proc = subprocess.Popen([g, "serve", "m=" + run, "--port", "0", "--header-timeout", "10"], stderr=subprocess.PIPE, text=True)
+port = None
+for line in proc.stderr:
+    m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+    if m:
+        port = int(m.group(1)); break
+threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+body = json.dumps({"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32", "data": [0.1] * 784}]})
+
+def request(raw, timeout=60):
+    t = time.time()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(raw.encode())
+    data = b""
+    while b"\r\n\r\n" not in data or (b"Content-Length" in data and len(data.split(b"\r\n\r\n", 1)[1]) < int(re.search(rb"Content-Length: (\d+)", data).group(1))):
+        chunk = s.recv(65536)
+        if not chunk: break
+        data += chunk
+    s.close()
+    return time.time() - t, data.split(b"\r\n", 1)[0].decode()
+
+def health():
+    return request("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+
+def infer():
+    return request(f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}")
+
+stop = threading.Event()
+def slow_header():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+    i = 0
+    while not stop.is_set():
+        try: s.sendall(f"X-{i}: y\r\n".encode())
+        except OSError: return
+        i += 1; time.sleep(2)
+def slow_body():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n")
+    while not stop.is_set():
+        try: s.sendall(b"a" * 1024)
+        except OSError: return
+        time.sleep(2)
+idle = []
+threads = [threading.Thread(target=slow_header, daemon=True) for _ in range(16)] + \
+          [threading.Thread(target=slow_body, daemon=True) for _ in range(20)]
+for t in threads: t.start()
+for _ in range(200):
+    s = socket.create_connection(("127.0.0.1", port)); s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost"); idle.append(s)
+time.sleep(3)
+print("with 16 slow-header, 20 slow-body (50 MB declared, 1 KB per 2 s) and 200 half-sent connections open:")
+for name, f in (("health", health), ("infer", infer)):
+    times = [f() for _ in range(20)]
+    print(f"  {name}: statuses {sorted(set(s for _, s in times))}, max {max(t for t, _ in times)*1000:.1f} ms, median {sorted(t for t, _ in times)[10]*1000:.1f} ms")
+# pipelining: 10 mixed requests in one write
+reqs = "".join(["GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n", f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}"] * 5)
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+s.sendall(reqs.encode() + b"GET /v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+data = b""
+while True:
+    c = s.recv(65536)
+    if not c: break
+    data += c
+print(f"11 pipelined requests (10 mixed + 1 closing): {data.count(b'HTTP/1.1 200')} answered 200, {data.count(b'HTTP/1.1 4')} 4xx")
+stop.set()
+proc.send_signal(signal.SIGTERM)
+t = time.time(); rc = proc.wait(timeout=60)
+print(f"SIGTERM with 200 idle and 36 slow connections open: exit {rc} after {time.time() - t:.2f} s")
