@@ -106,8 +106,8 @@ Variable conv2d_winograd(const Variable& x, const Variable& weight, const Variab
 // and one bf16 GEMM of depth 10 (whole CNN, one core: 5,600-5,800 against
 // 6,100-6,250 samples/s).
 bool use_onednn_bf16(const kernels::ConvGeometry& g, Activation act) {
-  return g.in_channels >= kWinogradMinChannels && kernels::matmul_precision() == kernels::MatmulPrecision::kBf16 && kernels::onednn_has_bf16_matmul() &&
-         (act == Activation::kNone || act == Activation::kRelu);
+  return g.in_channels >= kWinogradMinChannels && kernels::matmul_precision() == kernels::MatmulPrecision::kBf16 &&
+         kernels::onednn_has_bf16_matmul() && (act == Activation::kNone || act == Activation::kRelu);
 }
 
 Variable conv2d_bf16(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dOptions& options,
