@@ -132,7 +132,7 @@ class HttpServerTest : public ::testing::Test {
   bool released_ = false;
   std::atomic<int> blocked_{0};
   std::atomic<int> stream_stopped_at_{-1};
-  bool endless_ = false;
+  std::atomic<bool> endless_{false};  // set by the test thread, read by the stream handler
 };
 
 TEST_F(HttpServerTest, AnswersKeepAliveAndPipelinedRequestsInOrder) {
