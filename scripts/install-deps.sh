@@ -20,6 +20,7 @@ packages=(
   libgloo-dev                             # TCP collectives
   libcpp-httplib-dev                      # the HTTP server of gradmesh serve
   libboost-dev                            # Boost.Beast and Asio: the event-driven HTTP server (net/http_server.cc)
+  libgrpc++-dev                           # the inference protocol over gRPC (serve/grpc_front.cc)
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun
   iproute2                                # network-namespace tests (two emulated hosts)
   libgtest-dev libgmock-dev               # tests
@@ -34,6 +35,10 @@ if [[ "${1:-}" == "--test" ]]; then
   # Chromium driven by Selenium. `make test` installs them; the test skips,
   # saying so, where they are missing.
   packages+=(chromium chromium-driver python3-selenium)
+  # The gRPC front end's client test (tests/serve/grpc_client.py): Python's
+  # grpcio with stubs protoc makes from serve/grpc_service.proto, a client
+  # that shares no code with the server.
+  packages+=(python3-grpcio python3-protobuf protobuf-compiler)
 fi
 
 # The deployment checks (tests/deploy): Node.js for the offline schema

@@ -18,6 +18,7 @@
 #include "gradmesh/nn/model.h"
 #include "gradmesh/nn/models.h"
 #include "gradmesh/serve/inference_server.h"
+#include "serve/tiny_classifier.h"
 
 namespace gradmesh::serve {
 namespace {
@@ -25,13 +26,7 @@ namespace {
 using Json = nlohmann::json;
 
 // A tiny classifier: 2x2 single-channel images, 3 classes.
-std::unique_ptr<nn::Model> tiny_model() {
-  nn::MlpSpec spec;
-  spec.in_features = 4;
-  spec.hidden = {8};
-  spec.classes = 3;
-  return std::make_unique<nn::Model>(nn::build_mlp(spec), 7);
-}
+std::unique_ptr<nn::Model> tiny_model() { return testing::tiny_classifier(); }
 
 std::vector<float> expected_logits(const std::vector<float>& image) {
   std::unique_ptr<nn::Model> m = tiny_model();

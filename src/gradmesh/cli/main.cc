@@ -309,6 +309,9 @@ void add_serve(CLI::App& app, Commands& commands, std::vector<std::string> comma
   serve->add_option("--http-threads", a->server.http_threads,
                     "Requests handled at once (inference, generation; idle and slow connections hold none)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+  serve->add_option("--grpc-port", a->server.grpc_port,
+                    "Also serve the protocol over gRPC on this port (0: any free port; -1: off)")
+      ->capture_default_str()->check(CLI::Range(-1, 65535));
   serve->add_option("--max-connections", a->server.max_connections, "Open connections at once (more: 503 at once)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--header-timeout", a->server.header_timeout_seconds,

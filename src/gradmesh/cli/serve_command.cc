@@ -256,6 +256,8 @@ int run_serve(ServeArgs args) {
                  m->version().c_str(), args.server.host.c_str(), port, m->name().c_str());
   std::fprintf(stderr, "listening on %s:%d%s; metrics at /metrics\n", args.server.host.c_str(), port,
                args.server.token.empty() ? "" : " (bearer token required)");
+  if (server.grpc_port() >= 0)
+    std::fprintf(stderr, "gRPC (the same protocol) on %s:%d\n", args.server.host.c_str(), server.grpc_port());
   std::fflush(stderr);
   std::thread waiter([&] {
     unsigned char signal = 0;

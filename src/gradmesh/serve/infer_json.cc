@@ -83,33 +83,6 @@ void flatten(const Json& data, Datatype type, const std::string& field, int dept
   }
 }
 
-// Reads `count` elements of `type` from `bytes` (little-endian) as floats,
-// with the same range checks as JSON values.
-std::vector<float> from_binary(const char* bytes, int64_t count, Datatype type, const std::string& field) {
-  std::vector<float> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    const char* at = bytes + i * datatype_bytes(type);
-    double x = 0;
-    switch (type) {
-      case Datatype::kFp32: { float v; std::memcpy(&v, at, 4); x = v; break; }
-      case Datatype::kFp64: { double v; std::memcpy(&v, at, 8); x = v; break; }
-      case Datatype::kInt64: { int64_t v; std::memcpy(&v, at, 8); x = static_cast<double>(v); break; }
-      case Datatype::kInt32: { int32_t v; std::memcpy(&v, at, 4); x = v; break; }
-      case Datatype::kUint8: x = static_cast<unsigned char>(*at); break;
-      case Datatype::kBool:
-        if (*at != 0 && *at != 1) bad_field(field, "element " + std::to_string(i) + " is a BOOL byte other than 0 or 1");
-        x = *at;
-        break;
-    }
-    const bool integer = type == Datatype::kInt64 || type == Datatype::kInt32;
-    if (integer && std::fabs(x) > kExactInFloat)
-      bad_field(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
-                     "; integers are computed in float32, exact within +-16777216");
-    out[static_cast<size_t>(i)] = to_float32(x, field + " element " + std::to_string(i));
-  }
-  return out;
-}
-
 // The binary part of a request: what is left of it, consumed input by input.
 struct BinaryData {
   const char* at = nullptr;
@@ -153,7 +126,7 @@ InferInput parse_input(const Json& j, const std::string& where, const RequestLim
     if (expected > binary.left)
       bad_field(field, "is " + std::to_string(expected) + " bytes, but only " + std::to_string(binary.left) +
                      " binary bytes are left in the body");
-    values = from_binary(binary.at, count, in.datatype, where);
+    values = tensor_from_bytes(binary.at, count, in.datatype, where);
     binary.at += expected;
     binary.left -= expected;
   } else {
@@ -199,6 +172,33 @@ Datatype parse_datatype(const std::string& name, const std::string& field) {
                      Datatype::kBool})
     if (name == datatype_name(t)) return t;
   bad_field(field, "is \"" + name + "\"; expected FP32, FP64, INT64, INT32, UINT8 or BOOL");
+}
+
+// Reads `count` elements of `type` from `bytes` (little-endian) as floats,
+// with the same range checks as JSON values.
+std::vector<float> tensor_from_bytes(const char* bytes, int64_t count, Datatype type, const std::string& field) {
+  std::vector<float> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* at = bytes + i * datatype_bytes(type);
+    double x = 0;
+    switch (type) {
+      case Datatype::kFp32: { float v; std::memcpy(&v, at, 4); x = v; break; }
+      case Datatype::kFp64: { double v; std::memcpy(&v, at, 8); x = v; break; }
+      case Datatype::kInt64: { int64_t v; std::memcpy(&v, at, 8); x = static_cast<double>(v); break; }
+      case Datatype::kInt32: { int32_t v; std::memcpy(&v, at, 4); x = v; break; }
+      case Datatype::kUint8: x = static_cast<unsigned char>(*at); break;
+      case Datatype::kBool:
+        if (*at != 0 && *at != 1) bad_field(field, "element " + std::to_string(i) + " is a BOOL byte other than 0 or 1");
+        x = *at;
+        break;
+    }
+    const bool integer = type == Datatype::kInt64 || type == Datatype::kInt32;
+    if (integer && std::fabs(x) > kExactInFloat)
+      bad_field(field, "element " + std::to_string(i) + " is " + std::to_string(static_cast<int64_t>(x)) +
+                     "; integers are computed in float32, exact within +-16777216");
+    out[static_cast<size_t>(i)] = to_float32(x, field + " element " + std::to_string(i));
+  }
+  return out;
 }
 
 InferRequest parse_infer_request(const std::string& body, const RequestLimits& limits, int64_t header_length) {

@@ -53,6 +53,12 @@ struct InferRequest {
 // The bytes of one element of `type` in the binary extension.
 int64_t datatype_bytes(Datatype type);
 
+// `count` elements of `type` stored little-endian in `bytes` (the binary
+// extension's and gRPC's raw tensors), as float32 with the same checks as
+// JSON values: Error(kUsage) naming `field` and the element for an integer
+// beyond +-2^24, a float beyond float32's range, or a BOOL byte other than 0 or 1.
+std::vector<float> tensor_from_bytes(const char* bytes, int64_t count, Datatype type, const std::string& field);
+
 struct RequestLimits {
   int64_t max_elements = int64_t{1} << 24;  // per input tensor
   int max_inputs = 16;

@@ -20,6 +20,7 @@
 #include "gradmesh/net/http_listen.h"
 #include "gradmesh/net/http_server.h"
 #include "gradmesh/obs/prometheus.h"
+#include "gradmesh/serve/grpc_front.h"
 
 namespace gradmesh::serve {
 namespace {
@@ -83,7 +84,7 @@ static bool parse_model_path(const std::string& path, ModelPath& out) {
   return true;
 }
 
-struct InferenceServer::Impl {
+struct InferenceServer::Impl final : ProtocolCore {
   // One loaded version of a model. Requests hold the version they arrived
   // for, so a hot reload never changes a request in flight.
   struct Version {
@@ -118,6 +119,8 @@ struct InferenceServer::Impl {
   std::thread watcher;
   double watch_interval = 1.0;
   std::unique_ptr<net::HttpServer> http;
+  std::unique_ptr<GrpcFront> grpc;
+  int grpc_port = -1;
   std::atomic<bool> stopping{false};
   std::once_flag stopped;
   std::mutex run_mutex;
@@ -150,21 +153,76 @@ struct InferenceServer::Impl {
   obs::CounterFamily& reloads =
       metrics.counter("gradmesh_serve_reloads_total", "Hot reloads of a model from its checkpoints, by result.");
 
-  std::shared_ptr<Version> find(const ModelPath& where, HttpResponse& res) {
-    const std::string& name = where.name;
+  // The version a request names (any: the one served); ProtocolError(404)
+  // for an unknown model or version.
+  std::shared_ptr<Version> lookup(const std::string& name, const std::string& version) const {
     const auto it = models.find(name);
-    if (it == models.end()) {
-      reply_error(res, 404, "model '" + name + "' is not served here");
-      return nullptr;
-    }
+    if (it == models.end()) throw ProtocolError(404, "model '" + name + "' is not served here");
     std::shared_ptr<Version> v = it->second->snapshot();
-    const std::string& version = where.version;
-    if (!version.empty() && version != v->model->version()) {
-      reply_error(res, 404, "model '" + name + "' has no version '" + version + "'; it serves version '" +
-                                v->model->version() + "'");
+    if (!version.empty() && version != v->model->version())
+      throw ProtocolError(404, "model '" + name + "' has no version '" + version + "'; it serves version '" +
+                                   v->model->version() + "'");
+    return v;
+  }
+
+  // lookup() for an HTTP route: replies the 404 and returns null.
+  std::shared_ptr<Version> find(const ModelPath& where, HttpResponse& res) const {
+    try {
+      return lookup(where.name, where.version);
+    } catch (const ProtocolError& e) {
+      reply_error(res, e.status(), e.what());
       return nullptr;
     }
-    return v;
+  }
+
+  // ProtocolCore, for the gRPC front end (and the HTTP one's inference).
+  bool ready() const override { return !stopping; }
+  bool authorized(const std::string& authorization) const override {
+    return options.token.empty() || bearer_token_matches(authorization, options.token);
+  }
+  ModelInfo model(const std::string& name, const std::string& version) const override {
+    const std::shared_ptr<Version> v = lookup(name, version);
+    return {v->model->name(), v->model->version(), "gradmesh_" + v->model->shape().kind, v->model->input(),
+            v->model->outputs(), !stopping};
+  }
+  InferReply infer(const std::string& name, const std::string& version, InferRequest request) override {
+    const double start = now_seconds();
+    const std::shared_ptr<Version> e = lookup(name, version);
+    const obs::Labels model_label{{"model", e->model->name()}};
+    auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
+    Tensor rows;
+    try {
+      if (request.inputs.size() != 1)
+        throw_error(ErrorKind::kUsage, "inputs",
+                    "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
+                        "' takes one, '" + e->model->input().name + "'");
+      rows = e->model->rows_of(request.inputs[0]);
+      e->model->check_outputs(request.outputs);
+    } catch (const Error& error) {
+      count(400);
+      throw ProtocolError(400, error.what());
+    }
+    std::future<BatchResult> pending;
+    try {
+      pending = e->batcher->submit(rows, e->model);
+    } catch (const QueueFull& full) {
+      count(503);
+      throw ProtocolError(503, "model '" + e->model->name() + "' is busy: " + full.what() + "; retry later");
+    }
+    BatchResult result;
+    try {
+      result = pending.get();
+    } catch (const std::exception& error) {
+      count(500);
+      throw ProtocolError(500, std::string("inference failed: ") + error.what());
+    }
+    InferReply reply{e->model->name(), e->model->version(), request.id,
+                     e->model->outputs_of(result.output, request.outputs)};
+    queue_seconds.observe(model_label, result.queue_seconds);
+    compute_seconds.observe(model_label, result.compute_seconds);
+    request_seconds.observe(model_label, now_seconds() - start);
+    count(200);
+    return reply;
   }
 
   std::shared_ptr<Version> make_version(std::shared_ptr<ServedModel> m, DynamicBatcher* batcher) {
@@ -239,14 +297,10 @@ struct InferenceServer::Impl {
               .dump());
   }
 
-  void infer(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
-    const double start = now_seconds();
-    const std::shared_ptr<Version> e = find(where, res);
-    if (!e) return;
-    const obs::Labels model{{"model", e->model->name()}};
-    auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
+
+  void infer_http(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
+    if (!find(where, res)) return;  // an unknown model or version is a 404 before the body is read
     InferRequest request;
-    Tensor rows;
     try {
       int64_t header_length = -1;
       const std::string text = req.header("Inference-Header-Content-Length");
@@ -256,46 +310,29 @@ struct InferenceServer::Impl {
         header_length = *n;
       }
       request = parse_infer_request(req.body, options.limits, header_length);
-      if (request.inputs.size() != 1)
-        throw_error(ErrorKind::kUsage, "inputs",
-                    "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
-                        "' takes one, '" + e->model->input().name + "'");
-      rows = e->model->rows_of(request.inputs[0]);
-      e->model->check_outputs(request.outputs);
     } catch (const Error& error) {
-      reply_error(res, 400, error.what());
-      count(400);
-      return;
+      requests.add({{"model", where.name}, {"status", "400"}});
+      return reply_error(res, 400, error.what());
     }
-    std::future<BatchResult> pending;
+    const bool binary = request.binary_output || !request.binary_outputs.empty();
+    const bool all_binary = request.binary_output;
+    const std::vector<std::string> binary_outputs = request.binary_outputs;
     try {
-      pending = e->batcher->submit(rows, e->model);
-    } catch (const QueueFull& full) {
-      reply_busy(res, e->model->name(), full);
-      count(503);
-      return;
-    }
-    try {
-      const BatchResult result = pending.get();
-      const std::vector<InferOutput> outputs = e->model->outputs_of(result.output, request.outputs);
-      if (request.binary_output || !request.binary_outputs.empty()) {
+      const InferReply answer = infer(where.name, where.version, std::move(request));
+      if (binary) {
         int64_t header_length = 0;
-        std::string body = infer_response_binary(e->model->name(), e->model->version(), request.id, outputs,
-                                                 request.binary_output, request.binary_outputs, &header_length);
+        std::string body = infer_response_binary(answer.model_name, answer.model_version, answer.id, answer.outputs,
+                                                 all_binary, binary_outputs, &header_length);
         res.status = 200;
         res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header_length));
         res.content_type = "application/octet-stream";
         res.body = std::move(body);
       } else {
-        reply(res, 200, infer_response_json(e->model->name(), e->model->version(), request.id, outputs));
+        reply(res, 200, infer_response_json(answer.model_name, answer.model_version, answer.id, answer.outputs));
       }
-      queue_seconds.observe(model, result.queue_seconds);
-      compute_seconds.observe(model, result.compute_seconds);
-      request_seconds.observe(model, now_seconds() - start);
-      count(200);
-    } catch (const std::exception& error) {
-      reply_error(res, 500, std::string("inference failed: ") + error.what());
-      count(500);
+    } catch (const ProtocolError& e) {
+      if (e.status() == 503) res.headers.emplace_back("Retry-After", "1");
+      reply_error(res, e.status(), e.what());
     }
   }
 
@@ -473,7 +510,7 @@ struct InferenceServer::Impl {
                   reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
               }};
     if (post && where.action == "infer")
-      return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { infer(where, req, res); }};
+      return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { infer_http(where, req, res); }};
     if (post && where.action == "generate")
       return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { generate(where, req, res); }};
     if (post && where.action == "generate_stream")
@@ -524,7 +561,17 @@ InferenceServer::InferenceServer(std::vector<std::shared_ptr<ServedModel>> model
 
 InferenceServer::~InferenceServer() { stop(); }
 
-int InferenceServer::bind() { return impl_->http->bind(); }
+int InferenceServer::bind() {
+  const int port = impl_->http->bind();
+  const ServerOptions& o = impl_->options;
+  if (o.grpc_port >= 0) {
+    impl_->grpc = std::make_unique<GrpcFront>(*impl_, GrpcOptions{o.host, o.grpc_port, o.max_body_bytes, o.limits});
+    impl_->grpc_port = impl_->grpc->start();
+  }
+  return port;
+}
+
+int InferenceServer::grpc_port() const { return impl_->grpc_port; }
 
 void InferenceServer::run() {
   if (impl_->stopping) return;
@@ -540,7 +587,12 @@ void InferenceServer::stop() {
     impl_->run_done.notify_all();  // the watcher waits on it between polls
     // Requests and streams in flight finish first (their handlers wait on
     // the batchers and generators, which run until below), for up to the drain timeout.
-    impl_->http->stop(std::chrono::milliseconds(static_cast<int64_t>(impl_->options.drain_timeout_seconds * 1000)));
+    const auto drain = std::chrono::milliseconds(static_cast<int64_t>(impl_->options.drain_timeout_seconds * 1000));
+    std::thread grpc_drain([this, drain] {
+      if (impl_->grpc) impl_->grpc->stop(drain);
+    });
+    impl_->http->stop(drain);
+    grpc_drain.join();
     if (impl_->watcher.joinable()) impl_->watcher.join();
     for (auto& [name, e] : impl_->models) {
       e->batcher->stop();

@@ -10,6 +10,7 @@
 //   POST /v2/models/{name}[/versions/{v}]/generate   a GPT's text (generation.h), whole
 //   POST .../generate_stream                          the same as server-sent events
 //   GET  /metrics                                     Prometheus text
+// and, with grpc_port, the same over gRPC (grpc_front.h).
 //
 // Errors are the protocol's {"error": "..."}: 400 for a malformed request
 // (the message names the field), 401 without the token, 404 for an unknown
@@ -47,6 +48,7 @@ struct ServerOptions {
   double body_timeout_seconds = 60;            // its whole body (408)
   double idle_timeout_seconds = 60;            // a keep-alive connection between requests
   double drain_timeout_seconds = 30;           // stop(): how long requests and streams in flight may finish
+  int grpc_port = -1;                          // >= 0: the protocol over gRPC too (0: any free port); -1: off
 };
 
 class InferenceServer {
@@ -56,8 +58,12 @@ class InferenceServer {
   InferenceServer(const InferenceServer&) = delete;
   InferenceServer& operator=(const InferenceServer&) = delete;
 
-  // Binds and listens; returns the port. Error(kIo) naming host:port when it cannot.
+  // Binds and listens; returns the HTTP port. With options.grpc_port >= 0
+  // the gRPC front end (grpc_front.h) starts here too. Error(kIo) naming
+  // host:port when either cannot listen.
   int bind();
+  // The gRPC front end's port after bind(); -1 when it is off.
+  int grpc_port() const;
   // Answers requests until stop(). REQUIRES: bind() succeeded.
   void run();
   // Stops accepting connections, lets requests and streams in flight finish
