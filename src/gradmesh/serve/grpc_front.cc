@@ -42,6 +42,12 @@ std::string text(const Field& f, const Reader& r) {
   return std::string(f.data);
 }
 
+// A sub-message field's bytes: a view into the enclosing message's.
+std::string_view message(const Field& f, const Reader& r) {
+  if (f.type != wire::kLength) r.fail(f.number, "is not a message");
+  return f.data;
+}
+
 // ModelReadyRequest and ModelMetadataRequest: {1: name, 2: version}.
 std::pair<std::string, std::string> name_and_version(std::string_view bytes, const std::string& what) {
   Reader r(bytes, what);
@@ -122,10 +128,7 @@ WireInput read_input(std::string_view bytes, const std::string& what) {
       r.repeated(f, wire::kVarint, dims);
       for (const uint64_t d : dims) in.shape.push_back(static_cast<int64_t>(d));
     }
-    if (f.number == 5) {
-      if (f.type != wire::kLength) r.fail(5, "is not a message");
-      read_contents(f.data, what + ".contents", in);
-    }
+    if (f.number == 5) read_contents(message(f, r), what + ".contents", in);
   }
   return in;
 }
@@ -188,10 +191,11 @@ WireRequest read_infer_request(std::string_view bytes, const RequestLimits& limi
     if (f.number == 5) {
       if (static_cast<int>(inputs.size()) >= limits.max_inputs)
         throw_error(ErrorKind::kUsage, "inputs", "holds more than " + std::to_string(limits.max_inputs) + " tensors");
-      inputs.push_back(read_input(text(f, r), "inputs[" + std::to_string(inputs.size()) + "]"));
+      inputs.push_back(read_input(message(f, r), "inputs[" + std::to_string(inputs.size()) + "]"));
     }
     if (f.number == 6) {
-      Reader o(text(f, r), "outputs[" + std::to_string(out.request.outputs.size()) + "]");
+      // A view into `bytes`, which outlives the reader (a Reader keeps a view, never a copy).
+      Reader o(message(f, r), "outputs[" + std::to_string(out.request.outputs.size()) + "]");
       std::string name;
       for (Field g; o.next(g);)
         if (g.number == 1) name = text(g, o);

@@ -51,6 +51,8 @@ class Reader {
  public:
   // `what` names the message in errors, e.g. "ModelInferRequest.inputs[0]".
   Reader(std::string_view bytes, std::string what) : rest_(bytes), what_(std::move(what)) {}
+  // A reader keeps a view of its bytes: a temporary string would dangle.
+  Reader(std::string&& bytes, std::string what) = delete;
   // The next field; false at the end. Error(kUsage) for malformed bytes.
   bool next(Field& field);
   // The values of a repeated scalar field, packed or not, appended to `out`
