@@ -43,13 +43,18 @@ class RawClient {
   bool send(const std::string& bytes) {
     return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
   }
+  void finish_sending() { ::shutdown(fd_, SHUT_WR); }
   // Everything until the server closes the connection (or 20 s pass).
   std::string read_to_close() {
     std::string out;
     char buf[4096];
-    for (ssize_t n; (n = ::recv(fd_, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    ssize_t n;
+    while ((n = ::recv(fd_, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    closed_by_server_ = n == 0;
     return out;
   }
+  // Whether the last read_to_close ended because the server closed (not a timeout).
+  bool closed_by_server() const { return closed_by_server_; }
   // Reads until `text` has appeared `count` times, the connection closes, or 20 s pass.
   std::string read_until(const std::string& text, int count = 1) {
     std::string out;
@@ -70,6 +75,7 @@ class RawClient {
  private:
   int fd_;
   bool connected_ = false;
+  bool closed_by_server_ = false;
 };
 
 std::string get(const std::string& path, const std::string& extra = "") {
@@ -158,6 +164,22 @@ TEST_F(HttpServerTest, AnswersKeepAliveAndPipelinedRequestsInOrder) {
   const std::string not_found = missing.read_to_close();
   EXPECT_NE(not_found.find("HTTP/1.1 404"), std::string::npos) << not_found;
   EXPECT_NE(not_found.find("no such endpoint: GET /nothing"), std::string::npos) << not_found;
+}
+
+// A client that sends its requests and then closes its side (as `nc` or a
+// script piping into a socket does) gets every answer, and then the server
+// closes too, also when a worker had the request while the end of stream came.
+TEST_F(HttpServerTest, AClientThatClosesItsSideGetsItsAnswersAndThenTheClose) {
+  start();
+  for (const std::string& requests : {get("/echo?a=1"), get("/health"), get("/echo?a=2") + get("/health")}) {
+    RawClient c(port_);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.send(requests));
+    c.finish_sending();
+    const std::string all = c.read_to_close();
+    EXPECT_TRUE(c.closed_by_server()) << "the server kept the connection open after the client's end: " << requests;
+    EXPECT_EQ(RawClient::occurrences(all, "HTTP/1.1 200 OK"), RawClient::occurrences(requests, "GET ")) << all;
+  }
 }
 
 // A header line every 300 ms kept the old server's worker for ever (its

@@ -143,6 +143,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void wait_for_request() {
     if (shared_.stopping) return close();
     if (buffer_.size() > 0) return read_header();  // pipelined bytes already here
+    // Asio reports a peer's end of stream once: another read would wait for
+    // an event that never comes.
+    if (peer_finished_) return close();
     idle_ = true;
     expires_after(shared_.options.idle_timeout);
     stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
@@ -259,6 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
     handling_ = true;
     if (buffer_.size() > static_cast<size_t>(shared_.options.max_header_bytes)) return;  // enough pipelined for now
     stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec && ec != asio::error::operation_aborted) self->peer_finished_ = true;
       if (!self->handling_) {
         self->buffer_.commit(n);
         return;
@@ -362,6 +366,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   std::atomic<bool> idle_{false};
   bool handling_ = false;  // a worker has the request
+  bool peer_finished_ = false;  // the hangup watch read the client's end of stream
 };
 
 bool StrandChunkWriter::send(std::function<void(std::function<void(bool)>)> start) {
