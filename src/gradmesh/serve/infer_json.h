@@ -58,13 +58,17 @@ int64_t datatype_bytes(Datatype type);
 // JSON values: Error(kUsage) naming `field` and the element for an integer
 // beyond +-2^24, a float beyond float32's range, or a BOOL byte other than 0 or 1.
 std::vector<float> tensor_from_bytes(const char* bytes, int64_t count, Datatype type, const std::string& field);
+// The same into `out` (count floats).
+void tensor_from_bytes(const char* bytes, int64_t count, Datatype type, const std::string& field, float* out);
 
 struct RequestLimits {
   int64_t max_elements = int64_t{1} << 24;  // per input tensor
   int max_inputs = 16;
 };
 
-// Parses a request body. Error(kUsage) naming the field for malformed JSON,
+// Parses a request body in one pass, without a document tree: each input's
+// values go straight into its tensor, so a request costs its body and its
+// tensors' floats (RSS: tests/serve/infer_json_test.cc). Error(kUsage) naming the field for malformed JSON,
 // a missing or ill-typed field, an unknown datatype, a negative or huge
 // dimension, data whose length is not the shape's product (or whose values
 // do not fit the datatype), more than the limits allow.
