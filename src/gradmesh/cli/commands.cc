@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "gradmesh/autograd/tape.h"
 #include "gradmesh/cli/data_command.h"
@@ -11,6 +13,7 @@
 #include "gradmesh/cli/self_executable.h"
 #include "gradmesh/bench/comm_bench.h"
 #include "gradmesh/bench/gemm_bench.h"
+#include "gradmesh/bench/http_load.h"
 #include "gradmesh/kernels/gemm_bf16.h"
 #include "gradmesh/checkpoint/checkpoint_export.h"
 #include "gradmesh/checkpoint/checkpoint_reader.h"
@@ -214,6 +217,40 @@ int run_bench_gemm(int64_t n, int threads, int repeats, const std::string& dtype
     std::printf("sgemm n=%lld threads=%d: %.2f ms, %.1f GFLOP/s (median of %d)\n", static_cast<long long>(r.n), r.threads,
                 r.seconds_median * 1e3, r.gflops, repeats);
   return 0;
+}
+
+int run_bench_http(const std::string& url, const std::string& method, const std::string& body_file,
+                   const std::vector<std::string>& headers, double rate, int connections, double seconds, double warmup,
+                   bool json) {
+  bench::HttpLoadOptions o;
+  bench::parse_http_url(url, o, "url");
+  if (!body_file.empty()) {
+    std::ifstream in(body_file, std::ios::binary);
+    if (!in) throw_error(ErrorKind::kUsage, "--body-file", "cannot read '" + body_file + "'");
+    o.body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  o.method = !method.empty() ? method : body_file.empty() ? "GET" : "POST";
+  for (const std::string& h : headers) {
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos || colon == 0)
+      throw_error(ErrorKind::kUsage, "--header", "is '" + h + "'; expected 'Name: value'");
+    const size_t value = h.find_first_not_of(' ', colon + 1);
+    o.headers.emplace_back(h.substr(0, colon), value == std::string::npos ? "" : h.substr(value));
+  }
+  o.rate = rate;
+  o.connections = connections;
+  o.seconds = seconds;
+  o.warmup_seconds = warmup;
+  const bench::HttpLoadResult r = bench::run_http_load(o);
+  if (json) {
+    std::fputs(bench::format_http_load_json(o, r).c_str(), stdout);
+  } else {
+    std::printf("offered %.0f requests/s, answered %.0f/s over %.1f s (%d connections): p50 %.3f ms, p99 %.3f ms, "
+                "max %.3f ms; %lld non-2xx, %lld unanswered\n",
+                r.offered_rate, r.achieved_rate, seconds, connections, r.p50_ms, r.p99_ms, r.max_ms,
+                static_cast<long long>(r.non_2xx), static_cast<long long>(r.unanswered));
+  }
+  return r.unanswered > 0 ? 1 : 0;
 }
 
 int run_bench_comm(const std::string& backend, const std::string& op, int64_t min_bytes, int64_t max_bytes, int iters,

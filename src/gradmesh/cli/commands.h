@@ -26,6 +26,10 @@ int run_bench_gemm(int64_t n, int threads, int repeats, const std::string& dtype
 // A worker of a launched job (gradmesh launch --nproc-per-node N -- gradmesh bench comm).
 int run_bench_comm(const std::string& backend, const std::string& op, int64_t min_bytes, int64_t max_bytes, int iters,
                    bool json);
+// `gradmesh bench http`: bench/http_load.h against a running server.
+int run_bench_http(const std::string& url, const std::string& method, const std::string& body_file,
+                   const std::vector<std::string>& headers, double rate, int connections, double seconds, double warmup,
+                   bool json);
 int run_config_docs();
 
 }  // namespace gradmesh::cli

@@ -182,12 +182,41 @@ void add_bench_scaling(CLI::App& bench, Commands& commands) {
   commands.push_back({bench_scaling, [a] { return gradmesh::cli::run_bench_scaling(*a); }});
 }
 
+void add_bench_http(CLI::App& bench, Commands& commands) {
+  struct Args {
+    std::string url, method, body_file;
+    std::vector<std::string> headers;
+    double rate = 1000, seconds = 5, warmup = 1;
+    int connections = 64;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* http = bench.add_subcommand(
+      "http", "Open-loop HTTP load: requests at a fixed rate, latency from when each was due (p50/p99 against offered load)");
+  http->add_option("url", a->url, "http://HOST:PORT/PATH")->required();
+  http->add_option("--rate", a->rate, "Requests per second offered")->capture_default_str()->check(CLI::Range(0.1, 1e7));
+  http->add_option("--connections", a->connections, "Keep-alive connections: at most this many requests in flight")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  http->add_option("--seconds", a->seconds, "Measured")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  http->add_option("--warmup", a->warmup, "Seconds at the same rate before, not measured")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  http->add_option("--method", a->method, "GET, or POST when --body-file is given");
+  http->add_option("--body-file", a->body_file, "The request body, sent as it is")->type_name("FILE");
+  http->add_option("--header,-H", a->headers, "A request header, 'Name: value' (repeatable)");
+  http->add_flag("--json", a->json, "One JSON object instead of a sentence");
+  commands.push_back({http, [a] {
+                        return gradmesh::cli::run_bench_http(a->url, a->method, a->body_file, a->headers, a->rate,
+                                                             a->connections, a->seconds, a->warmup, a->json);
+                      }});
+}
+
 void add_bench(CLI::App& app, Commands& commands) {
   CLI::App* bench = app.add_subcommand("bench", "Measure this machine");
   bench->require_subcommand(1);
   add_bench_gemm(*bench, commands);
   add_bench_comm(*bench, commands);
   add_bench_scaling(*bench, commands);
+  add_bench_http(*bench, commands);
 }
 
 void add_plan(CLI::App& app, Commands& commands) {

@@ -65,7 +65,10 @@ float read_element(DataCursor& c) {
     case Datatype::kFp64: {
       if (kind != JsonKind::kNumber) c.bad("is " + r.describe_value() + "; expected a number");
       const std::string_view token = r.read_number_token();
-      return to_float32(JsonReader::to_double(token), c.where(c.path.size()), token);
+      const double x = JsonReader::to_double(token);
+      if (std::isinf(x) || std::fabs(x) > std::numeric_limits<float>::max())
+        to_float32(x, c.where(c.path.size()), token);  // refuses it, naming the element
+      return static_cast<float>(x);
     }
     case Datatype::kBool:
       if (kind != JsonKind::kBoolean) c.bad("is " + r.describe_value() + "; expected true or false");
