@@ -1,13 +1,15 @@
 // gradmesh serve through the real binary: a trained run served under a name,
 // answering inference over HTTP with the run's weights, the bearer token
 // from a file, the run's step as the version; SIGTERM drains it and it exits
-// 0; bad arguments are named. Skips visibly without the dataset.
+// 0; a large JSON body costs about twice its size and is given back; bad
+// arguments are named. Skips visibly without the dataset.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -61,6 +63,53 @@ TEST_F(ServeCommand, ServesATrainedRunWithItsTokenAndDrainsOnSigterm) {
   server.signal(SIGTERM);
   EXPECT_EQ(server.wait(std::chrono::milliseconds(20'000)), 0) << server.err();
   EXPECT_NE(server.err().find("SIGTERM: draining"), std::string::npos) << server.err();
+}
+
+// Peak and resident memory of the server process, kB (/proc/PID/status).
+int64_t status_kb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  return -1;
+}
+
+// A large JSON request is read in one pass into its tensor: the server's peak
+// memory grows by about twice the body (the body, its floats, the batch's
+// activations), where a document tree cost fifteen times, and what it used
+// is given back afterwards (docs/serve.md, "Memory per request").
+TEST_F(ServeCommand, ALargeJsonBodyCostsAboutTwiceItsSizeAndIsGivenBack) {
+  const CommandResult trained =
+      run_gradmesh("train '" GRADMESH_SOURCE_DIR "/examples/mlp.toml' --set output.run_id=r1 --set data.limit_train=128"
+                   " --set data.limit_test=64 --set output.report=false",
+                   dir_.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  LauncherProcess server({"serve", "fashion=" + dir_.file("runs/r1"), "--port", "0", "--max-body-mb", "64"}, dir_.path(),
+                         "serve");
+  const int port = wait_for_listening_port(server);
+  ASSERT_GT(port, 0) << server.err();
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  c.set_write_timeout(60, 0);
+  auto body = [](int64_t rows) {
+    std::string text = R"({"inputs": [{"name": "input", "shape": [)" + std::to_string(rows) +
+                       R"(, 784], "datatype": "FP32", "data": [)";
+    for (int64_t i = 0; i < rows * 784; ++i) text += (i ? ",0." : "0.") + std::to_string(100000 + i % 899999);
+    return text + "]}]}";
+  };
+  ASSERT_EQ(c.Post("/v2/models/fashion/infer", body(1), "application/json")->status, 200);
+  const int64_t idle_kb = status_kb(server.pid(), "VmRSS");
+  { std::ofstream("/proc/" + std::to_string(server.pid()) + "/clear_refs") << "5"; }  // resets the peak
+  const std::string large = body(3000);  // about 23 MB
+  const auto body_kb = static_cast<int64_t>(large.size() / 1024);
+  auto r = c.Post("/v2/models/fashion/infer", large, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
+  EXPECT_EQ(Json::parse(r->body)["outputs"][0]["shape"], Json({3000, 10}));
+  const int64_t peak_kb = status_kb(server.pid(), "VmHWM"), after_kb = status_kb(server.pid(), "VmRSS");
+  EXPECT_LE(peak_kb - idle_kb, 3 * body_kb) << "idle " << idle_kb << " kB, peak " << peak_kb << " kB, body " << body_kb;
+  EXPECT_LE(after_kb - idle_kb, body_kb / 4 + 16 * 1024) << "idle " << idle_kb << " kB, after " << after_kb << " kB";
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(std::chrono::milliseconds(20'000)), 0) << server.err();
 }
 
 TEST_F(ServeCommand, WatchServesEachNewCheckpointOfTheRun) {

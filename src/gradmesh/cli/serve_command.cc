@@ -15,6 +15,7 @@
 #include "gradmesh/cli/serve_shards.h"
 #include "gradmesh/comm/environment.h"
 #include "gradmesh/core/error.h"
+#include "gradmesh/core/storage.h"
 #include "gradmesh/core/secret.h"
 #include "gradmesh/data/token_file.h"
 #include "gradmesh/elastic/launch_options.h"
@@ -218,6 +219,9 @@ int run_serve(ServeArgs args) {
   ::sigaction(SIGINT, &action, nullptr);
 
   kernels::set_num_threads(static_cast<int>(args.threads));
+  // Batches repeat their tensor sizes, so freed tensors are kept for reuse,
+  // but not a huge request's: its memory goes back (docs/serve.md, memory).
+  set_storage_cache_limits(size_t{256} << 20, size_t{4} << 20);
   const bool bf16 = args.precision == "bf16";
   if (bf16) {
     kernels::set_matmul_precision(kernels::MatmulPrecision::kBf16);

@@ -1,5 +1,6 @@
 #include "gradmesh/core/storage.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -19,6 +20,8 @@ struct FreeList {
   std::mutex mutex;
   std::unordered_map<size_t, std::vector<void*>> blocks;
   size_t cached_bytes = 0;
+  size_t max_cached_bytes = kMaxCachedBytes;
+  size_t max_block_bytes = kMaxCachedBytes;
   bool enabled = env_flag("GRADMESH_ALLOC_CACHE", true);
 };
 
@@ -54,7 +57,7 @@ Storage::~Storage() {
   FreeList& list = free_list();
   if (list.enabled) {
     std::lock_guard<std::mutex> lock(list.mutex);
-    if (list.cached_bytes + bytes_ <= kMaxCachedBytes) {
+    if (bytes_ <= list.max_block_bytes && list.cached_bytes + bytes_ <= list.max_cached_bytes) {
       list.blocks[bytes_].push_back(data_);
       list.cached_bytes += bytes_;
       return;
@@ -67,6 +70,13 @@ size_t storage_cached_bytes() {
   FreeList& list = free_list();
   std::lock_guard<std::mutex> lock(list.mutex);
   return list.cached_bytes;
+}
+
+void set_storage_cache_limits(size_t max_cached_bytes, size_t max_block_bytes) {
+  FreeList& list = free_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  list.max_cached_bytes = std::min(max_cached_bytes, kMaxCachedBytes);
+  list.max_block_bytes = max_block_bytes;
 }
 
 void storage_release_cache() {

@@ -29,6 +29,11 @@ class Storage {
 
 // Bytes currently parked in the free list (for tests and memory reports).
 size_t storage_cached_bytes();
+// Parks at most `max_cached_bytes` in all, and no block larger than
+// `max_block_bytes` (freed at once instead). Training keeps the defaults (its
+// tensors repeat every step); a server lowers them, so that one huge request
+// does not keep its tensors' memory for ever.
+void set_storage_cache_limits(size_t max_cached_bytes, size_t max_block_bytes);
 // Frees every parked block.
 void storage_release_cache();
 

@@ -141,6 +141,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void wait_for_request() {
+    request_ = HttpRequest{};  // the last request's body is not kept while the connection idles
     if (shared_.stopping) return close();
     if (buffer_.size() > 0) return read_header();  // pipelined bytes already here
     // Asio reports a peer's end of stream once: another read would wait for
