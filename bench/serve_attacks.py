@@ -7,14 +7,22 @@ declared 50 MB body at 1 KB per 2 s, and 200 half-sent requests, then times
 pipelined requests in one write and counts the answers; then SIGTERM, and
 the time to exit.
 
-usage: bench/serve_attacks.py GRADMESH RUN_DIR
+With --open-loop RATE, instead: JSON inference offered at RATE requests/s
+and health probes at 100/s (gradmesh bench http, open loop), first on a
+quiet server, then with 1,000 idle connections and 100 that send one header
+line every 2 s held open (--max-connections 2048 so that they all fit);
+prints each run's inference rate answered and both p99s.
+
+usage: bench/serve_attacks.py GRADMESH RUN_DIR [--open-loop RATE]
        (RUN_DIR: a trained classifier run, e.g. from
         gradmesh train examples/mlp.toml --set data.limit_train=384)
 """
 import json, socket, subprocess, sys, threading, time, re, signal
 
 g, run = sys.argv[1], sys.argv[2]
-proc = subprocess.Popen([g, "serve", "m=" + run, "--port", "0", "--header-timeout", "10"], stderr=subprocess.PIPE, text=True)
+open_loop_rate = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--open-loop" else None
+proc = subprocess.Popen([g, "serve", "m=" + run, "--port", "0", "--header-timeout", "10", "--max-connections", "2048",
+                         "--max-batch", "32", "--max-delay-us", "500"], stderr=subprocess.PIPE, text=True)
 port = None
 for line in proc.stderr:
     m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
@@ -57,6 +65,53 @@ def slow_body():
         try: s.sendall(b"a" * 1024)
         except OSError: return
         time.sleep(2)
+
+def open_loop_run(label):
+    """Inference at open_loop_rate and health at 100/s together, 5 s each after 1 s of warm-up."""
+    with open("/tmp/gradmesh-attack-body.json", "w") as f:
+        f.write(body)
+    common = ["--connections", "64", "--seconds", "5", "--warmup", "1", "--json"]
+    inf = subprocess.Popen([g, "bench", "http", f"http://127.0.0.1:{port}/v2/models/m/infer", "--rate",
+                            str(open_loop_rate), "--body-file", "/tmp/gradmesh-attack-body.json", "--header",
+                            "Content-Type: application/json"] + common, stdout=subprocess.PIPE, text=True)
+    hl = subprocess.Popen([g, "bench", "http", f"http://127.0.0.1:{port}/v2/health/ready", "--rate", "100"] + common,
+                          stdout=subprocess.PIPE, text=True)
+    i, h = json.loads(inf.communicate()[0]), json.loads(hl.communicate()[0])
+    print(f"  {label}: inference offered {open_loop_rate}/s, answered {i['achieved_rate']:.0f}/s, p50 {i['p50_ms']:.2f} ms, "
+          f"p99 {i['p99_ms']:.2f} ms, non-2xx {i['non_2xx']}, unanswered {i['unanswered']}; health p99 {h['p99_ms']:.2f} ms, "
+          f"max {h['max_ms']:.2f} ms, non-2xx {h['non_2xx']}", flush=True)
+    return i, h
+
+
+if open_loop_rate:
+    clean, _ = open_loop_run("quiet server")
+    held = []
+    for _ in range(1000):
+        held.append(socket.create_connection(("127.0.0.1", port)))
+    trickle_stop = threading.Event()
+
+    def trickle():
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+        i = 0
+        while not trickle_stop.is_set():
+            try:
+                s.sendall(f"X-{i}: y\r\n".encode())
+            except OSError:  # the header deadline closed it: open another, as an attacker would
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+            i += 1
+            trickle_stop.wait(2)
+    for _ in range(100):
+        threading.Thread(target=trickle, daemon=True).start()
+    time.sleep(2)
+    attacked, _ = open_loop_run("1,000 idle + 100 trickling connections")
+    print(f"  inference answered under attack / quiet: {attacked['achieved_rate'] / clean['achieved_rate']:.2f}")
+    trickle_stop.set()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    sys.exit(0)
+
 idle = []
 threads = [threading.Thread(target=slow_header, daemon=True) for _ in range(16)] + \
           [threading.Thread(target=slow_body, daemon=True) for _ in range(20)]

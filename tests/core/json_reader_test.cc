@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cstring>
 #include <random>
 
 namespace gradmesh {
@@ -48,6 +49,39 @@ TEST(JsonReader, ReadsADocumentValueByValue) {
   EXPECT_FALSE(JsonReader::is_integer_token("1e2"));
   EXPECT_TRUE(std::isinf(JsonReader::to_double("1e400")));
   EXPECT_EQ(JsonReader::to_double("1e-400"), 0.0);
+}
+
+// The one-pass number reader gives from_chars's double, bit for bit, on the
+// forms people write and on those its fast path must leave to from_chars.
+TEST(JsonReader, NumbersReadInOnePassEqualFromChars) {
+  std::mt19937 rng(7);
+  auto digits = [&](int n) {
+    std::string d;
+    for (int i = 0; i < n; ++i) d += static_cast<char>('0' + rng() % 10);
+    return d;
+  };
+  std::vector<std::string> texts = {"0", "-0", "1", "0.1", "0.3", "123456789", "9007199254740993", "1e22", "1e23",
+                                    "-1.5e-22", "1e-23", "4.9e-324", "1.7976931348623157e308", "1e400", "1e-400",
+                                    "123456789012345678901234567890", "0.000000000000000000000001"};
+  for (int i = 0; i < 20000; ++i) {
+    std::string t = rng() % 4 == 0 ? "-" : "";
+    const int whole = 1 + static_cast<int>(rng() % 12);
+    std::string w = digits(whole);
+    while (w.size() > 1 && w[0] == '0') w.erase(0, 1);
+    t += w;
+    if (rng() % 2) t += "." + digits(1 + static_cast<int>(rng() % 12));
+    if (rng() % 3 == 0) t += "e" + std::to_string(static_cast<int>(rng() % 60) - 30);
+    texts.push_back(t);
+  }
+  for (const std::string& text : texts) {
+    JsonReader r(text);
+    std::string_view token;
+    const double fast = r.read_number(&token);
+    r.expect_end();
+    EXPECT_EQ(token, text);
+    const double slow = JsonReader::to_double(text);
+    ASSERT_EQ(std::memcmp(&fast, &slow, sizeof fast), 0) << text << ": " << fast << " against " << slow;
+  }
 }
 
 TEST(JsonReader, AValueCanBeReadAgainFromItsOffset) {

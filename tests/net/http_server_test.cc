@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -106,6 +107,16 @@ class HttpServerTest : public ::testing::Test {
       return {Lane::kWorker, [](const HttpRequest& req, HttpResponse& r) {
                 r.body = req.method + " " + req.target + " " + req.header("x-tag") + " " + req.body;
               }};
+    if (head.path == "/later")  // answered from another thread after the route returns
+      return HttpRoute::deferred([this](const HttpRequest& req, Respond respond) {
+                std::lock_guard<std::mutex> lock(mutex_);
+                later_.emplace_back([body = req.body, respond] {
+                  HttpResponse r;
+                  r.body = "later " + body;
+                  respond(r);
+                  respond(r);  // a second call does nothing
+                });
+              });
     if (head.path == "/block")  // holds its worker until the test releases it
       return {Lane::kWorker, [this](const HttpRequest&, HttpResponse& r) {
                 ++blocked_;
@@ -139,6 +150,7 @@ class HttpServerTest : public ::testing::Test {
   std::atomic<int> blocked_{0};
   std::atomic<int> stream_stopped_at_{-1};
   std::atomic<bool> endless_{false};  // set by the test thread, read by the stream handler
+  std::vector<std::function<void()>> later_;  // deferred answers the test sends; under mutex_
 };
 
 TEST_F(HttpServerTest, AnswersKeepAliveAndPipelinedRequestsInOrder) {
@@ -180,6 +192,38 @@ TEST_F(HttpServerTest, AClientThatClosesItsSideGetsItsAnswersAndThenTheClose) {
     EXPECT_TRUE(c.closed_by_server()) << "the server kept the connection open after the client's end: " << requests;
     EXPECT_EQ(RawClient::occurrences(all, "HTTP/1.1 200 OK"), RawClient::occurrences(requests, "GET ")) << all;
   }
+}
+
+// A deferred route returns at once and answers later from another thread;
+// the connection keeps its order (a pipelined request waits for the
+// deferred answer) and no worker is held meanwhile.
+TEST_F(HttpServerTest, ADeferredRouteAnswersFromAnotherThreadInOrder) {
+  HttpServerOptions options;
+  options.worker_threads = 1;
+  start(options);
+  RawClient c(port_);
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" + get("/health")));
+  for (int i = 0; i < 2000; ++i) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!later_.empty()) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  RawClient other(port_);  // the single worker is free while the answer is pending
+  ASSERT_TRUE(other.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"));
+  EXPECT_NE(other.read_to_close().find("POST /echo  hi"), std::string::npos);
+  std::thread answer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ASSERT_EQ(later_.size(), 1u);
+    answer = std::thread(later_.front());
+  }
+  answer.join();
+  const std::string both = c.read_until("HTTP/1.1 200 OK", 2);
+  const size_t deferred = both.find("later abc"), health = both.find("\r\n\r\nok");
+  ASSERT_NE(deferred, std::string::npos) << both;
+  ASSERT_NE(health, std::string::npos) << both;
+  EXPECT_LT(deferred, health) << "the pipelined request is answered after the deferred one";
 }
 
 // A header line every 300 ms kept the old server's worker for ever (its

@@ -40,28 +40,6 @@ void JsonReader::fail(const std::string& expected) const {
   throw JsonSyntaxError("at byte " + std::to_string(at_) + ": expected " + expected + ", found " + found);
 }
 
-void JsonReader::skip_whitespace() {
-  while (at_ < text_.size()) {
-    const char c = text_[at_];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
-    ++at_;
-  }
-}
-
-JsonKind JsonReader::peek() {
-  skip_whitespace();
-  if (at_ < text_.size()) {
-    const char c = text_[at_];
-    if (c == '{') return JsonKind::kObject;
-    if (c == '[') return JsonKind::kArray;
-    if (c == '"') return JsonKind::kString;
-    if (c == '-' || (c >= '0' && c <= '9')) return JsonKind::kNumber;
-    if (c == 't' || c == 'f') return JsonKind::kBoolean;
-    if (c == 'n') return JsonKind::kNull;
-  }
-  fail("a value");
-}
-
 void JsonReader::push() {
   if (static_cast<int>(first_.size()) >= max_depth_)
     fail("at most " + std::to_string(max_depth_) + " levels of nested arrays and objects");
@@ -270,6 +248,53 @@ bool JsonReader::is_integer_token(std::string_view token) {
 }
 
 double JsonReader::read_double() { return to_double(read_number_token()); }
+
+double JsonReader::read_number(std::string_view* token) {
+  if (peek() != JsonKind::kNumber) fail("a number");
+  static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const size_t start = at_;
+  const bool negative = text_[at_] == '-';
+  if (negative) ++at_;
+  uint64_t mantissa = 0;
+  int digits = 0, exp10 = 0;
+  auto digit = [&] { return at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9'; };
+  auto take = [&](bool fraction) {
+    mantissa = mantissa * 10 + static_cast<uint64_t>(text_[at_++] - '0');
+    ++digits;
+    exp10 -= fraction;
+  };
+  if (at_ < text_.size() && text_[at_] == '0') {
+    ++at_;
+  } else {
+    if (!digit()) fail("a digit");
+    while (digit()) take(false);
+  }
+  if (at_ < text_.size() && text_[at_] == '.') {
+    ++at_;
+    if (!digit()) fail("a digit after the decimal point");
+    while (digit()) take(true);
+  }
+  bool plain = digits <= 19;
+  if (at_ < text_.size() && (text_[at_] == 'e' || text_[at_] == 'E')) {
+    ++at_;
+    const bool minus = at_ < text_.size() && text_[at_] == '-';
+    if (at_ < text_.size() && (text_[at_] == '+' || text_[at_] == '-')) ++at_;
+    if (!digit()) fail("a digit in the exponent");
+    int e = 0;
+    while (digit()) {
+      if (e < 100000) e = e * 10 + (text_[at_] - '0');
+      ++at_;
+    }
+    exp10 += minus ? -e : e;
+  }
+  *token = text_.substr(start, at_ - start);
+  plain = plain && mantissa <= (uint64_t{1} << 53) && exp10 >= -22 && exp10 <= 22;
+  if (!plain) return to_double(*token);
+  double x = static_cast<double>(mantissa);
+  x = exp10 < 0 ? x / kPow10[-exp10] : x * kPow10[exp10];
+  return negative ? -x : x;
+}
 
 double JsonReader::to_double(std::string_view token) {
   double x = 0;

@@ -39,7 +39,19 @@ class JsonReader {
   explicit JsonReader(std::string_view text, int max_depth = 64);
 
   // What the next value is (whitespace skipped, nothing consumed).
-  JsonKind peek();
+  JsonKind peek() {
+    skip_whitespace();
+    if (at_ < text_.size()) {
+      const char c = text_[at_];
+      if (c == '-' || (c >= '0' && c <= '9')) return JsonKind::kNumber;
+      if (c == '{') return JsonKind::kObject;
+      if (c == '[') return JsonKind::kArray;
+      if (c == '"') return JsonKind::kString;
+      if (c == 't' || c == 'f') return JsonKind::kBoolean;
+      if (c == 'n') return JsonKind::kNull;
+    }
+    fail("a value");
+  }
 
   // Containers. begin_* consumes the opening bracket; next_* consumes a
   // separating comma and returns true while there is another member or
@@ -59,6 +71,11 @@ class JsonReader {
   // A number as a double; +-inf when it overflows a double (1e400), 0 when it
   // underflows.
   double read_double();
+  // The same, with its text in *token (for a message): one pass, and most
+  // numbers people write ("0.25", "-3", "1.5e-3": up to 19 digits and a
+  // power of ten within 1e22) are converted with one exact multiply or
+  // divide (Clinger's fast path, correctly rounded), the rest by from_chars.
+  double read_number(std::string_view* token);
   // A number token (as read_number_token gives it) as a double, as read_double does.
   static double to_double(std::string_view token);
   // True when the token is an integer (no fraction, no exponent).
@@ -80,7 +97,13 @@ class JsonReader {
 
  private:
   [[noreturn]] void fail(const std::string& expected) const;
-  void skip_whitespace();
+  void skip_whitespace() {
+    while (at_ < text_.size()) {
+      const char c = text_[at_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+      ++at_;
+    }
+  }
   void push();
   void pop();
   void append_utf8(std::string& out, uint32_t code_point);

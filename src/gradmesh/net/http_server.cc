@@ -16,6 +16,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <cstdio>
 #include <future>
 #include <limits>
 #include <mutex>
@@ -67,9 +68,22 @@ struct Shared {
         workers(static_cast<size_t>(std::max(1, options.worker_threads))) {}
 };
 
+// {"error": message}: quotes, backslashes and control characters escaped
+// (a message may quote a client's bytes); other bytes pass as they are.
 std::string status_json(const std::string& message) {
   std::string escaped;
-  for (const char c : message) escaped += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  for (const char c : message) {
+    if (c == '"' || c == '\\') {
+      escaped += '\\';
+      escaped += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(c));
+      escaped += code;
+    } else {
+      escaped += c;
+    }
+  }
   return "{\"error\":\"" + escaped + "\"}";
 }
 
@@ -235,6 +249,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ++shared_.requests;
     request_.body = std::move(parser_->get().body());
     parser_.reset();
+    if (route_.lane == Lane::kDeferred && route_.start) return dispatch_deferred();
     if (route_.lane == Lane::kInline || !route_.handle) {
       auto response = std::make_shared<HttpResponse>();
       run_handler(*response);
@@ -255,6 +270,36 @@ class Session : public std::enable_shared_from_this<Session> {
         self->write_response(response);
       });
     });
+  }
+
+  // The route starts the work and returns; the response is written when
+  // `respond` is called, from whichever thread finished the work.
+  void dispatch_deferred() {
+    request_.gone = std::make_shared<std::atomic<bool>>(false);
+    watch_for_hangup();
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    Respond respond = [self = shared_from_this(), once](HttpResponse answer) {
+      if (once->exchange(true)) return;
+      auto response = std::make_shared<HttpResponse>(std::move(answer));
+      asio::post(self->stream_.get_executor(), [self, response] {
+        self->handling_ = false;
+        beast::error_code ignored;
+        self->stream_.socket().cancel(ignored);
+        self->write_response(response);
+      });
+    };
+    auto start = [self = shared_from_this(), respond] {
+      try {
+        self->route_.start(self->request_, respond);
+      } catch (const std::exception& e) {
+        HttpResponse failed;
+        failed.status = 500;
+        failed.body = status_json(std::string("internal error: ") + e.what());
+        respond(std::move(failed));
+      }
+    };
+    if (request_.body.size() <= kDeferredInlineBytes) return start();
+    asio::post(shared_.workers, start);
   }
 
   // While a worker handles the request, a read notices the client closing

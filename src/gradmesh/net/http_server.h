@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,14 +75,36 @@ struct HttpResponse {
 };
 
 enum class Lane {
-  kInline,  // quick and never blocking: runs on the event loop
-  kWorker,  // may block: runs on the worker pool
+  kInline,    // quick and never blocking: runs on the event loop
+  kWorker,    // may block: runs on the worker pool
+  kDeferred,  // starts work elsewhere and answers when it is done (`start`, below)
 };
 
+// Sends a deferred request's response; callable from any thread, once
+// (later calls do nothing).
+using Respond = std::function<void(HttpResponse)>;
+
 struct HttpRoute {
+  HttpRoute() = default;  // no route: 404
+  HttpRoute(Lane on, std::function<void(const HttpRequest&, HttpResponse&)> handler)
+      : lane(on), handle(std::move(handler)) {}
+  static HttpRoute deferred(std::function<void(const HttpRequest&, Respond respond)> start) {
+    HttpRoute r;
+    r.lane = Lane::kDeferred;
+    r.start = std::move(start);
+    return r;
+  }
+
   Lane lane = Lane::kWorker;
   std::function<void(const HttpRequest&, HttpResponse&)> handle;
+  // kDeferred: starts the request's work without blocking (a batcher's
+  // queue) and returns; whoever finishes the work calls `respond`. It runs
+  // on the event loop for a body up to kDeferredInlineBytes, else on a
+  // worker: no thread waits for the work, and a small request costs no
+  // hand-off to a worker.
+  std::function<void(const HttpRequest&, Respond respond)> start;
 };
+inline constexpr size_t kDeferredInlineBytes = size_t{64} << 10;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";

@@ -33,9 +33,20 @@ DynamicBatcher::DynamicBatcher(Run run, BatchOptions options, std::function<void
 DynamicBatcher::~DynamicBatcher() { stop(); }
 
 std::future<BatchResult> DynamicBatcher::submit(Tensor rows, std::shared_ptr<const void> context) {
+  auto promise = std::make_shared<std::promise<BatchResult>>();
+  std::future<BatchResult> result = promise->get_future();
+  submit(std::move(rows), std::move(context), [promise](BatchResult* r, std::exception_ptr failure) {
+    if (failure)
+      promise->set_exception(failure);
+    else
+      promise->set_value(std::move(*r));
+  });
+  return result;
+}
+
+void DynamicBatcher::submit(Tensor rows, std::shared_ptr<const void> context, Done done) {
   GRADMESH_CHECK(rows.shape().size() >= 1 && rows.dim(0) >= 1, "a request has at least one row");
-  Pending p{std::move(rows), std::move(context), now_seconds(), {}};
-  std::future<BatchResult> result = p.promise.get_future();
+  Pending p{std::move(rows), std::move(context), now_seconds(), std::move(done)};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw QueueFull("the server is shutting down");
@@ -44,7 +55,6 @@ std::future<BatchResult> DynamicBatcher::submit(Tensor rows, std::shared_ptr<con
     queue_.push_back(std::move(p));
   }
   arrived_.notify_all();
-  return result;
 }
 
 int64_t DynamicBatcher::queue_depth() const {
@@ -136,7 +146,7 @@ void DynamicBatcher::run_batch(std::vector<Pending> batch) {
   int64_t at = 0;
   for (Pending& p : batch) {
     if (failure) {
-      p.promise.set_exception(failure);
+      p.done(nullptr, failure);
       continue;
     }
     const int64_t n = p.rows.dim(0), per_row = output.numel() / rows;
@@ -145,7 +155,8 @@ void DynamicBatcher::run_batch(std::vector<Pending> batch) {
     Tensor mine = Tensor::empty(out_shape);
     std::memcpy(mine.data(), output.data() + at * per_row, static_cast<size_t>(n * per_row) * sizeof(float));
     at += n;
-    p.promise.set_value(BatchResult{std::move(mine), start - p.submitted, seconds, rows});
+    BatchResult result{std::move(mine), start - p.submitted, seconds, rows};
+    p.done(&result, nullptr);
   }
 }
 

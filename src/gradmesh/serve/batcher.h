@@ -58,6 +58,12 @@ class DynamicBatcher {
   // are waiting or after stop().
   // `context` (may be null) is kept alive until the request has run.
   std::future<BatchResult> submit(Tensor rows, std::shared_ptr<const void> context = nullptr);
+  // The same without a thread waiting on a future: `done` runs on the
+  // inference thread once the batch has run, with its result or with the
+  // exception `run` threw (`result` null then). It must not throw. Throws
+  // QueueFull as above (and `done` is then never called).
+  using Done = std::function<void(BatchResult* result, std::exception_ptr failure)>;
+  void submit(Tensor rows, std::shared_ptr<const void> context, Done done);
   // Requests waiting (not yet in a batch).
   int64_t queue_depth() const;
   // Refuses new requests, runs every queued one, joins the threads.
@@ -68,7 +74,7 @@ class DynamicBatcher {
     Tensor rows;
     std::shared_ptr<const void> context;
     double submitted;
-    std::promise<BatchResult> promise;
+    Done done;
   };
   void serve_loop();
   std::vector<Pending> take_batch(std::unique_lock<std::mutex>& lock);

@@ -64,8 +64,8 @@ float read_element(DataCursor& c) {
     case Datatype::kFp32:
     case Datatype::kFp64: {
       if (kind != JsonKind::kNumber) c.bad("is " + r.describe_value() + "; expected a number");
-      const std::string_view token = r.read_number_token();
-      const double x = JsonReader::to_double(token);
+      std::string_view token;
+      const double x = r.read_number(&token);
       if (std::isinf(x) || std::fabs(x) > std::numeric_limits<float>::max())
         to_float32(x, c.where(c.path.size()), token);  // refuses it, naming the element
       return static_cast<float>(x);

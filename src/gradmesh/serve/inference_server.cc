@@ -185,44 +185,67 @@ struct InferenceServer::Impl final : ProtocolCore {
     return {v->model->name(), v->model->version(), "gradmesh_" + v->model->shape().kind, v->model->input(),
             v->model->outputs(), !stopping};
   }
-  InferReply infer(const std::string& name, const std::string& version, InferRequest request) override {
-    const double start = now_seconds();
-    const std::shared_ptr<Version> e = lookup(name, version);
-    const obs::Labels model_label{{"model", e->model->name()}};
-    auto count = [&](int status) { requests.add({{"model", e->model->name()}, {"status", std::to_string(status)}}); };
+  void count(const std::string& model, int status) {
+    requests.add({{"model", model}, {"status", std::to_string(status)}});
+  }
+
+  // A request that its model accepts: the version it arrived for and its
+  // rows. ProtocolError (404, 400; counted) for one it does not.
+  struct Admitted {
+    std::shared_ptr<Version> e;
     Tensor rows;
+    double start = 0;
+  };
+  Admitted admit(const std::string& name, const std::string& version, const InferRequest& request) {
+    Admitted a;
+    a.start = now_seconds();
+    a.e = lookup(name, version);
     try {
       if (request.inputs.size() != 1)
         throw_error(ErrorKind::kUsage, "inputs",
-                    "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + e->model->name() +
-                        "' takes one, '" + e->model->input().name + "'");
-      rows = e->model->rows_of(request.inputs[0]);
-      e->model->check_outputs(request.outputs);
+                    "holds " + std::to_string(request.inputs.size()) + " tensors; model '" + a.e->model->name() +
+                        "' takes one, '" + a.e->model->input().name + "'");
+      a.rows = a.e->model->rows_of(request.inputs[0]);
+      a.e->model->check_outputs(request.outputs);
     } catch (const Error& error) {
-      count(400);
+      count(a.e->model->name(), 400);
       throw ProtocolError(400, error.what());
     }
+    return a;
+  }
+
+  ProtocolError busy(const Admitted& a, const QueueFull& full) {
+    count(a.e->model->name(), 503);
+    return ProtocolError(503, "model '" + a.e->model->name() + "' is busy: " + full.what() + "; retry later");
+  }
+
+  InferReply finish(const Admitted& a, const InferRequest& request, BatchResult& result) {
+    const obs::Labels model_label{{"model", a.e->model->name()}};
+    InferReply reply{a.e->model->name(), a.e->model->version(), request.id,
+                     a.e->model->outputs_of(result.output, request.outputs)};
+    queue_seconds.observe(model_label, result.queue_seconds);
+    compute_seconds.observe(model_label, result.compute_seconds);
+    request_seconds.observe(model_label, now_seconds() - a.start);
+    count(a.e->model->name(), 200);
+    return reply;
+  }
+
+  InferReply infer(const std::string& name, const std::string& version, InferRequest request) override {
+    const Admitted a = admit(name, version, request);
     std::future<BatchResult> pending;
     try {
-      pending = e->batcher->submit(rows, e->model);
+      pending = a.e->batcher->submit(a.rows, a.e->model);
     } catch (const QueueFull& full) {
-      count(503);
-      throw ProtocolError(503, "model '" + e->model->name() + "' is busy: " + full.what() + "; retry later");
+      throw busy(a, full);
     }
     BatchResult result;
     try {
       result = pending.get();
     } catch (const std::exception& error) {
-      count(500);
+      count(a.e->model->name(), 500);
       throw ProtocolError(500, std::string("inference failed: ") + error.what());
     }
-    InferReply reply{e->model->name(), e->model->version(), request.id,
-                     e->model->outputs_of(result.output, request.outputs)};
-    queue_seconds.observe(model_label, result.queue_seconds);
-    compute_seconds.observe(model_label, result.compute_seconds);
-    request_seconds.observe(model_label, now_seconds() - start);
-    count(200);
-    return reply;
+    return finish(a, request, result);
   }
 
   std::shared_ptr<Version> make_version(std::shared_ptr<ServedModel> m, DynamicBatcher* batcher) {
@@ -298,9 +321,18 @@ struct InferenceServer::Impl final : ProtocolCore {
   }
 
 
-  void infer_http(const ModelPath& where, const HttpRequest& req, HttpResponse& res) {
-    if (!find(where, res)) return;  // an unknown model or version is a 404 before the body is read
-    InferRequest request;
+  // POST .../infer over HTTP: parsed and admitted on the calling thread (the
+  // event loop, for a body that is not large), answered from the batcher's
+  // thread when the batch has run; no thread waits in between.
+  void start_infer(const ModelPath& where, const HttpRequest& req, const net::Respond& respond) {
+    HttpResponse res;
+    auto refuse = [&](int status, const std::string& message) {
+      if (status == 503) res.headers.emplace_back("Retry-After", "1");
+      reply_error(res, status, message);
+      respond(std::move(res));
+    };
+    if (!find(where, res)) return respond(std::move(res));  // an unknown model or version is a 404
+    auto request = std::make_shared<InferRequest>();
     try {
       int64_t header_length = -1;
       const std::string text = req.header("Inference-Header-Content-Length");
@@ -309,30 +341,54 @@ struct InferenceServer::Impl final : ProtocolCore {
         if (!n) throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length", "is '" + text + "'; expected a byte count");
         header_length = *n;
       }
-      request = parse_infer_request(req.body, options.limits, header_length);
+      *request = parse_infer_request(req.body, options.limits, header_length);
     } catch (const Error& error) {
-      requests.add({{"model", where.name}, {"status", "400"}});
-      return reply_error(res, 400, error.what());
+      count(where.name, 400);
+      return refuse(400, error.what());
     }
-    const bool binary = request.binary_output || !request.binary_outputs.empty();
-    const bool all_binary = request.binary_output;
-    const std::vector<std::string> binary_outputs = request.binary_outputs;
     try {
-      const InferReply answer = infer(where.name, where.version, std::move(request));
-      if (binary) {
-        int64_t header_length = 0;
-        std::string body = infer_response_binary(answer.model_name, answer.model_version, answer.id, answer.outputs,
-                                                 all_binary, binary_outputs, &header_length);
-        res.status = 200;
-        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header_length));
-        res.content_type = "application/octet-stream";
-        res.body = std::move(body);
-      } else {
-        reply(res, 200, infer_response_json(answer.model_name, answer.model_version, answer.id, answer.outputs));
+      const Admitted a = admit(where.name, where.version, *request);
+      try {
+        a.e->batcher->submit(a.rows, a.e->model, [this, a, request, respond](BatchResult* result, std::exception_ptr failure) {
+          HttpResponse out;
+          if (failure) {
+            count(a.e->model->name(), 500);
+            reply_error(out, 500, "inference failed: " + describe(failure));
+          } else {
+            write_reply(finish(a, *request, *result), *request, out);
+          }
+          respond(std::move(out));
+        });
+      } catch (const QueueFull& full) {
+        throw busy(a, full);
       }
     } catch (const ProtocolError& e) {
-      if (e.status() == 503) res.headers.emplace_back("Retry-After", "1");
-      reply_error(res, e.status(), e.what());
+      refuse(e.status(), e.what());
+    }
+  }
+
+  static std::string describe(std::exception_ptr failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an unknown exception";
+    }
+  }
+
+  // The reply as JSON, or with the binary tensor data extension when asked.
+  static void write_reply(const InferReply& answer, const InferRequest& request, HttpResponse& res) {
+    if (request.binary_output || !request.binary_outputs.empty()) {
+      int64_t header_length = 0;
+      std::string body = infer_response_binary(answer.model_name, answer.model_version, answer.id, answer.outputs,
+                                               request.binary_output, request.binary_outputs, &header_length);
+      res.status = 200;
+      res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header_length));
+      res.content_type = "application/octet-stream";
+      res.body = std::move(body);
+    } else {
+      reply(res, 200, infer_response_json(answer.model_name, answer.model_version, answer.id, answer.outputs));
     }
   }
 
@@ -510,7 +566,8 @@ struct InferenceServer::Impl final : ProtocolCore {
                   reply(res, 200, Json{{"name", e->model->name()}, {"ready", !stopping.load()}}.dump());
               }};
     if (post && where.action == "infer")
-      return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { infer_http(where, req, res); }};
+      return net::HttpRoute::deferred(
+          [this, where](const HttpRequest& req, const net::Respond& respond) { start_infer(where, req, respond); });
     if (post && where.action == "generate")
       return {Lane::kWorker, [this, where](const HttpRequest& req, HttpResponse& res) { generate(where, req, res); }};
     if (post && where.action == "generate_stream")
