@@ -300,22 +300,23 @@ class Service final : public grpc::CallbackGenericService {
     }
     void OnReadDone(bool ok) override {
       if (!ok) return Finish({grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request message"});
-      std::unique_lock<std::mutex> lock(mutex_);
       std::vector<grpc::Slice> slices;
       std::string bytes;
       if (request_.Dump(&slices).ok())
         for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      std::string answer;
-      status_ = service_.answer(*context_, bytes, answer);
-      if (!status_.ok()) {
-        const grpc::Status status = status_;
+      // Answered now, or (ModelInfer) from the batcher's thread once its batch has run.
+      service_.answer(*context_, bytes, [this](const grpc::Status& status, const std::string& answer) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        status_ = status;
+        if (!status.ok()) {
+          lock.unlock();
+          return Finish(status);
+        }
+        grpc::Slice slice(answer);
+        response_ = grpc::ByteBuffer(&slice, 1);
         lock.unlock();
-        return Finish(status);
-      }
-      grpc::Slice slice(answer);
-      response_ = grpc::ByteBuffer(&slice, 1);
-      lock.unlock();
-      StartWrite(&response_);
+        StartWrite(&response_);
+      });
     }
     void OnWriteDone(bool) override {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -328,14 +329,27 @@ class Service final : public grpc::CallbackGenericService {
    private:
     Service& service_;
     grpc::GenericCallbackServerContext* context_;
-    // grpc++ may run OnReadDone and OnWriteDone on different threads, ordered
-    // by its own queues; the lock makes that order visible to ThreadSanitizer too.
+    // The answer may come from the batcher's thread and OnWriteDone on a gRPC
+    // thread, ordered by gRPC's own queues; the lock makes that order visible
+    // to ThreadSanitizer too.
     std::mutex mutex_;
     grpc::ByteBuffer request_, response_;
     grpc::Status status_;
   };
 
-  grpc::Status answer(const grpc::GenericCallbackServerContext& context, const std::string& in, std::string& out) {
+  using Reply = std::function<void(const grpc::Status& status, const std::string& answer)>;
+
+  // Calls `reply` once: now, or for ModelInfer when the batch has run.
+  void answer(const grpc::GenericCallbackServerContext& context, const std::string& in, const Reply& reply) {
+    std::string out;
+    const grpc::Status status = answer_now(context, in, out, reply);
+    if (status.error_code() != grpc::StatusCode::DO_NOT_USE) reply(status, out);
+  }
+
+  // The answer of any method but ModelInfer; for ModelInfer, the status
+  // DO_NOT_USE once the request is with the batcher, which calls `later`.
+  grpc::Status answer_now(const grpc::GenericCallbackServerContext& context, const std::string& in, std::string& out,
+                          const Reply& later) {
     const std::string prefix = "/inference.GRPCInferenceService/";
     const std::string& method = context.method();
     if (method.rfind(prefix, 0) != 0) return {grpc::StatusCode::UNIMPLEMENTED, "no such service method: " + method};
@@ -371,8 +385,19 @@ class Service final : public grpc::CallbackGenericService {
           } catch (const Error& e) {
             throw ProtocolError(400, e.what());
           }
-          out = infer_response(core_.infer(request.model, request.version, std::move(request.request)), request.raw);
-          return grpc::Status::OK;
+          const bool raw = request.raw;
+          core_.infer_async(request.model, request.version, std::move(request.request),
+                            [later, raw](InferReply* reply, const ProtocolError* refused) {
+                              if (refused) return later(to_status(*refused), "");
+                              std::string bytes;
+                              try {
+                                bytes = infer_response(*reply, raw);
+                              } catch (const std::exception& e) {
+                                return later({grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()}, "");
+                              }
+                              later(grpc::Status::OK, bytes);
+                            });
+          return {grpc::StatusCode::DO_NOT_USE, ""};
         } else {
           return {grpc::StatusCode::UNIMPLEMENTED, "gradmesh does not serve " + method};
         }

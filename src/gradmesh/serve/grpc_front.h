@@ -18,6 +18,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,12 @@ class ProtocolCore {
   // Runs the request through the model's batcher; counts it in the metrics.
   // ProtocolError for anything refused.
   virtual InferReply infer(const std::string& name, const std::string& version, InferRequest request) = 0;
+  // The same without a thread waiting for the batch: `done` gets the reply
+  // or the refusal (the other pointer null), on the batcher's thread or, for
+  // a refusal before the batch, on the caller's.
+  using InferDone = std::function<void(InferReply* reply, const ProtocolError* refused)>;
+  virtual void infer_async(const std::string& name, const std::string& version, InferRequest request,
+                           InferDone done) = 0;
 };
 
 struct GrpcOptions {

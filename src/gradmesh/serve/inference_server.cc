@@ -230,22 +230,41 @@ struct InferenceServer::Impl final : ProtocolCore {
     return reply;
   }
 
-  InferReply infer(const std::string& name, const std::string& version, InferRequest request) override {
-    const Admitted a = admit(name, version, request);
-    std::future<BatchResult> pending;
+  void infer_async(const std::string& name, const std::string& version, InferRequest request,
+                   InferDone done) override {
+    auto req = std::make_shared<InferRequest>(std::move(request));
+    Admitted a;
     try {
-      pending = a.e->batcher->submit(a.rows, a.e->model);
+      a = admit(name, version, *req);
+    } catch (const ProtocolError& refused) {
+      return done(nullptr, &refused);
+    }
+    try {
+      a.e->batcher->submit(a.rows, a.e->model, [this, a, req, done](BatchResult* result, std::exception_ptr failure) {
+        if (failure) {
+          count(a.e->model->name(), 500);
+          const ProtocolError refused(500, "inference failed: " + describe(failure));
+          return done(nullptr, &refused);
+        }
+        InferReply reply = finish(a, *req, *result);
+        done(&reply, nullptr);
+      });
     } catch (const QueueFull& full) {
-      throw busy(a, full);
+      const ProtocolError refused = busy(a, full);
+      done(nullptr, &refused);
     }
-    BatchResult result;
-    try {
-      result = pending.get();
-    } catch (const std::exception& error) {
-      count(a.e->model->name(), 500);
-      throw ProtocolError(500, std::string("inference failed: ") + error.what());
-    }
-    return finish(a, request, result);
+  }
+
+  InferReply infer(const std::string& name, const std::string& version, InferRequest request) override {
+    std::promise<InferReply> answered;
+    std::future<InferReply> answer = answered.get_future();
+    infer_async(name, version, std::move(request), [&answered](InferReply* reply, const ProtocolError* refused) {
+      if (refused)
+        answered.set_exception(std::make_exception_ptr(*refused));
+      else
+        answered.set_value(std::move(*reply));
+    });
+    return answer.get();
   }
 
   std::shared_ptr<Version> make_version(std::shared_ptr<ServedModel> m, DynamicBatcher* batcher) {
@@ -326,13 +345,8 @@ struct InferenceServer::Impl final : ProtocolCore {
   // thread when the batch has run; no thread waits in between.
   void start_infer(const ModelPath& where, const HttpRequest& req, const net::Respond& respond) {
     HttpResponse res;
-    auto refuse = [&](int status, const std::string& message) {
-      if (status == 503) res.headers.emplace_back("Retry-After", "1");
-      reply_error(res, status, message);
-      respond(std::move(res));
-    };
     if (!find(where, res)) return respond(std::move(res));  // an unknown model or version is a 404
-    auto request = std::make_shared<InferRequest>();
+    InferRequest request;
     try {
       int64_t header_length = -1;
       const std::string text = req.header("Inference-Header-Content-Length");
@@ -341,30 +355,25 @@ struct InferenceServer::Impl final : ProtocolCore {
         if (!n) throw_error(ErrorKind::kUsage, "Inference-Header-Content-Length", "is '" + text + "'; expected a byte count");
         header_length = *n;
       }
-      *request = parse_infer_request(req.body, options.limits, header_length);
+      request = parse_infer_request(req.body, options.limits, header_length);
     } catch (const Error& error) {
       count(where.name, 400);
-      return refuse(400, error.what());
+      reply_error(res, 400, error.what());
+      return respond(std::move(res));
     }
-    try {
-      const Admitted a = admit(where.name, where.version, *request);
-      try {
-        a.e->batcher->submit(a.rows, a.e->model, [this, a, request, respond](BatchResult* result, std::exception_ptr failure) {
-          HttpResponse out;
-          if (failure) {
-            count(a.e->model->name(), 500);
-            reply_error(out, 500, "inference failed: " + describe(failure));
-          } else {
-            write_reply(finish(a, *request, *result), *request, out);
-          }
-          respond(std::move(out));
-        });
-      } catch (const QueueFull& full) {
-        throw busy(a, full);
-      }
-    } catch (const ProtocolError& e) {
-      refuse(e.status(), e.what());
-    }
+    const bool all_binary = request.binary_output;
+    auto binary = std::make_shared<std::vector<std::string>>(request.binary_outputs);
+    infer_async(where.name, where.version, std::move(request),
+                [respond, all_binary, binary](InferReply* answer, const ProtocolError* refused) {
+                  HttpResponse out;
+                  if (refused) {
+                    if (refused->status() == 503) out.headers.emplace_back("Retry-After", "1");
+                    reply_error(out, refused->status(), refused->what());
+                  } else {
+                    write_reply(*answer, all_binary, *binary, out);
+                  }
+                  respond(std::move(out));
+                });
   }
 
   static std::string describe(std::exception_ptr failure) {
@@ -378,11 +387,12 @@ struct InferenceServer::Impl final : ProtocolCore {
   }
 
   // The reply as JSON, or with the binary tensor data extension when asked.
-  static void write_reply(const InferReply& answer, const InferRequest& request, HttpResponse& res) {
-    if (request.binary_output || !request.binary_outputs.empty()) {
+  static void write_reply(const InferReply& answer, bool all_binary, const std::vector<std::string>& binary,
+                          HttpResponse& res) {
+    if (all_binary || !binary.empty()) {
       int64_t header_length = 0;
       std::string body = infer_response_binary(answer.model_name, answer.model_version, answer.id, answer.outputs,
-                                               request.binary_output, request.binary_outputs, &header_length);
+                                               all_binary, binary, &header_length);
       res.status = 200;
       res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(header_length));
       res.content_type = "application/octet-stream";
