@@ -205,6 +205,8 @@ def main():
             for name, _ in sides:
                 rate = best.get(name, 0)
                 print(f"| {name} | {rate:.0f} | {rate / anchor:.1f}x |" if anchor else f"| {name} | {rate:.0f} | - |")
+        if args.part in ("all", "infer"):
+            grpc_figures(g, tmp, args.seconds)
         if args.part in ("all", "batching"):
             batching_figures(g, tmp, args.seconds)
         if args.part in ("all", "http"):
@@ -271,6 +273,36 @@ def main():
 GPT_MODELS = [("gpt", "examples/gpt.toml, 0.8 M parameters"),
               ("gpt-wide", "n_embd 384, 4 blocks, 7.2 M parameters")]
 GPT_OVERRIDES = {"gpt": [], "gpt-wide": ["--set", "model.n_embd=384", "--set", "model.n_head=6"]}
+
+
+def grpc_figures(g, tmp, seconds):
+    """ModelInfer over gRPC, closed loop from Python's grpcio (bench/serve_grpc_load.py), the same image."""
+    print()
+    print("gRPC (--grpc-port; closed loop: a Python grpcio client keeping WINDOW calls in flight, which may be "
+          "the limit; same server options as the batching row)")
+    print()
+    print("| request form | calls in flight | requests/s | p50 (ms) | p99 (ms) | errors |")
+    print("|---|---|---|---|---|---|")
+    proc, _ = start([g, "serve", "mlp=" + os.path.join(tmp, "runs", "mlp"), "--port", "0", "--grpc-port", "0",
+                     "--max-batch", "32", "--max-delay-us", "500", "--http-threads", "80"],
+                    os.path.join(tmp, "server.log"), r"listening on 127\.0\.0\.1:(\d+)")
+    try:
+        port = None
+        for _ in range(50):
+            m = re.search(r"gRPC.*127\.0\.0\.1:(\d+)", open(os.path.join(tmp, "server.log")).read())
+            if m:
+                port = m.group(1)
+                break
+            time.sleep(0.1)
+        for form in ("raw", "typed"):
+            for window in (8, 32, 64):
+                out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "serve_grpc_load.py"), port, "mlp",
+                                      str(window), str(seconds), form], capture_output=True, text=True).stdout
+                r = json.loads(out)
+                print(f"| {form} | {window} | {r['rate']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |",
+                      flush=True)
+    finally:
+        stop(proc)
 
 
 def batching_figures(g, tmp, seconds):

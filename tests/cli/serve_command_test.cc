@@ -101,10 +101,12 @@ TEST_F(ServeCommand, ALargeJsonBodyCostsAboutTwiceItsSizeAndIsGivenBack) {
   { std::ofstream("/proc/" + std::to_string(server.pid()) + "/clear_refs") << "5"; }  // resets the peak
   const std::string large = body(3000);  // about 23 MB
   const auto body_kb = static_cast<int64_t>(large.size() / 1024);
-  auto r = c.Post("/v2/models/fashion/infer", large, "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
-  EXPECT_EQ(Json::parse(r->body)["outputs"][0]["shape"], Json({3000, 10}));
+  for (int i = 0; i < 2; ++i) {  // the second too: an allocator may keep what a first large free gave back
+    auto r = c.Post("/v2/models/fashion/infer", large, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
+    EXPECT_EQ(Json::parse(r->body)["outputs"][0]["shape"], Json({3000, 10}));
+  }
   const int64_t peak_kb = status_kb(server.pid(), "VmHWM"), after_kb = status_kb(server.pid(), "VmRSS");
   EXPECT_LE(peak_kb - idle_kb, 3 * body_kb) << "idle " << idle_kb << " kB, peak " << peak_kb << " kB, body " << body_kb;
   EXPECT_LE(after_kb - idle_kb, body_kb / 4 + 16 * 1024) << "idle " << idle_kb << " kB, after " << after_kb << " kB";

@@ -1,5 +1,6 @@
 #include "gradmesh/cli/serve_command.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -222,6 +223,10 @@ int run_serve(ServeArgs args) {
   // Batches repeat their tensor sizes, so freed tensors are kept for reuse,
   // but not a huge request's: its memory goes back (docs/serve.md, memory).
   set_storage_cache_limits(size_t{256} << 20, size_t{4} << 20);
+  // And malloc maps every block of 1 MiB or more on its own, so that freeing
+  // it unmaps it: glibc would otherwise raise that threshold after the first
+  // large free and keep later large blocks in its heaps.
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   const bool bf16 = args.precision == "bf16";
   if (bf16) {
     kernels::set_matmul_precision(kernels::MatmulPrecision::kBf16);
