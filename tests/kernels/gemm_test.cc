@@ -11,6 +11,7 @@
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/rng.h"
 #include "gradmesh/kernels/gemm.h"
+#include "gradmesh/kernels/gemm_bf16.h"
 #include "kernels/nan.h"
 
 namespace gradmesh::kernels {
@@ -167,6 +168,49 @@ TEST(Gemm, ZeroThreadsReadsGradmeshNumThreads) {
   }
   unsetenv("GRADMESH_NUM_THREADS");
   set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace gradmesh::kernels
+
+namespace gradmesh::kernels {
+namespace {
+
+// Serving's batches of a few rows go through oneDNN's matmul only while
+// serving turns that on: close to the reference at every layout, alpha and
+// beta; switched off, gemm() is sgemm bit for bit.
+TEST(FastSmallBatches, OneDnnForAFewRowsOnlyWhenServingTurnsItOn) {
+  ASSERT_FALSE(fast_small_batches()) << "off by default: training's products stay OpenBLAS's";
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      for (const int64_t m : {2, 7, 64}) {
+        const int64_t n = 37, k = 301;
+        const int64_t lda = (trans_a ? m : k) + 3, ldb = (trans_b ? k : n) + 2, ldc = n + 1;
+        const std::vector<float> a = padded_matrix(trans_a ? k : m, trans_a ? m : k, lda, 11);
+        const std::vector<float> b = padded_matrix(trans_b ? n : k, trans_b ? k : n, ldb, 12);
+        const std::vector<float> c0 = random_gemm_values(static_cast<size_t>(m * ldc), 13);
+        std::vector<float> blas = c0, fast = c0, want = c0;
+        const uint64_t before = onednn_f32_products();
+        gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, blas.data(), ldc);
+        EXPECT_EQ(onednn_f32_products(), before);
+        set_fast_small_batches(true);
+        gemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, fast.data(), ldc);
+        set_fast_small_batches(false);
+        EXPECT_EQ(onednn_f32_products(), before + 1);
+        gemm_reference(trans_a, trans_b, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, want.data(), ldc);
+        std::vector<float> sgemm_out = c0;
+        sgemm(trans_a, trans_b, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, sgemm_out.data(), ldc);
+        EXPECT_EQ(blas, sgemm_out) << "switched off, gemm() is sgemm";
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (static_cast<int64_t>(i) % ldc >= n) {
+            ASSERT_EQ(fast[i], c0[i]) << "wrote past column n";
+            continue;
+          }
+          ASSERT_NEAR(fast[i], want[i], 1e-4f) << trans_a << trans_b << " m=" << m << " at " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

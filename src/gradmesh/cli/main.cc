@@ -353,6 +353,9 @@ void add_serve(CLI::App& app, Commands& commands, std::vector<std::string> comma
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   serve->add_option("--threads", a->threads, "Compute threads of each forward pass")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  serve->add_flag("--training-products", a->training_products,
+                  "Multiply as training does (OpenBLAS sgemm at every batch size): the trainer's bits, slower for "
+                  "batches of 2-64 rows than oneDNN's matmul, which serving uses otherwise");
   serve->add_option("--precision", a->precision,
                     "fp32, or bf16: float32 weights, products in bf16 on the CPU's bf16 dot products; the change in "
                     "accuracy on each model's test set is printed at start")

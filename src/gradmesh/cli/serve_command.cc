@@ -220,6 +220,8 @@ int run_serve(ServeArgs args) {
   ::sigaction(SIGINT, &action, nullptr);
 
   kernels::set_num_threads(static_cast<int>(args.threads));
+  // Serving may trade bits for speed where training may not (docs/serve.md).
+  kernels::set_fast_small_batches(!args.training_products);
   // Batches repeat their tensor sizes, so freed tensors are kept for reuse,
   // but not a huge request's: its memory goes back (docs/serve.md, memory).
   set_storage_cache_limits(size_t{256} << 20, size_t{4} << 20);

@@ -19,6 +19,10 @@ struct ServeArgs {
   std::string token_file;  // "" = no authentication
   int64_t max_body_mb = 64;
   int64_t threads = 1;     // compute threads of each forward pass
+  // Products as training computes them (OpenBLAS sgemm at every batch size)
+  // instead of oneDNN's matmul for batches of 2-64 rows (kernels::
+  // set_fast_small_batches): the trainer's bits, slower for small batches.
+  bool training_products = false;
   std::string precision = "fp32";  // "bf16": every product in bf16 (kernels::MatmulPrecision), float32 weights
   bool watch = false;      // hot reload: follow each model's checkpoints/latest
   double watch_interval = 1.0;

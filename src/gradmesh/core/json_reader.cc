@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "gradmesh/core/utf8.h"
+
 namespace gradmesh {
 
 const char* json_kind_name(JsonKind kind) {
@@ -108,24 +110,6 @@ uint32_t JsonReader::read_hex4() {
   return v;
 }
 
-void JsonReader::append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::string JsonReader::read_string() {
   if (peek() != JsonKind::kString) fail("a string");
   ++at_;
@@ -190,7 +174,7 @@ std::string JsonReader::read_string() {
           if (low < 0xDC00 || low > 0xDFFF) fail("a low surrogate (\\uDC00-\\uDFFF) after a high one");
           cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
         }
-        append_utf8(out, cp);
+        append_utf8(cp, out);
         break;
       }
       default:

@@ -106,7 +106,6 @@ class JsonReader {
   }
   void push();
   void pop();
-  void append_utf8(std::string& out, uint32_t code_point);
   uint32_t read_hex4();
 
   std::string_view text_;

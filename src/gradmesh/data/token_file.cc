@@ -16,6 +16,7 @@
 #include "gradmesh/core/atomic_file.h"
 #include "gradmesh/core/error.h"
 #include "gradmesh/core/resource_usage.h"
+#include "gradmesh/core/utf8.h"
 #include "gradmesh/data/sample_workers.h"
 #include "gradmesh/data/subword_tokenizer.h"
 
@@ -77,24 +78,6 @@ void decode_utf8(const std::string& text, const std::string& source, std::vector
                   "byte " + std::to_string(i) + " is not valid UTF-8 (use --vocab byte for arbitrary bytes)");
     out.push_back(cp);
     i += static_cast<size_t>(extra) + 1;
-  }
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
   }
 }
 

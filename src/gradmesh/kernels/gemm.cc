@@ -20,7 +20,11 @@ namespace gradmesh::kernels {
 namespace {
 std::atomic<uint64_t> g_flops{0};
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
+std::atomic<bool> g_fast_small_batches{false};
 }  // namespace
+
+void set_fast_small_batches(bool on) { g_fast_small_batches.store(on); }
+bool fast_small_batches() { return g_fast_small_batches.load(std::memory_order_relaxed); }
 
 uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }
 
@@ -33,6 +37,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   g_flops.fetch_add(static_cast<uint64_t>(2 * m * n * k), std::memory_order_relaxed);
   if (g_precision.load(std::memory_order_relaxed) == MatmulPrecision::kBf16) {
     gemm_f32_in_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m >= 2 && m <= 64 && k > 0 && g_fast_small_batches.load(std::memory_order_relaxed)) {
+    gemm_f32_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);  // serving only
     return;
   }
   sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

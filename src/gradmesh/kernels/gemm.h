@@ -33,6 +33,15 @@ enum class MatmulPrecision { kFp32, kBf16 };
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 
+// Serving may choose speed where training may not: with this on, gemm()
+// sends float32 products of 2 to 64 rows to oneDNN's matmul
+// (gemm_f32_onednn in gemm_bf16.h), faster than sgemm for a batch of a few
+// requests or generated sequences but with other bits. Process-wide, off by
+// default; `gradmesh serve` turns it on unless --training-products; the
+// trainer never does (a resumed run must repeat its bits).
+void set_fast_small_batches(bool on);
+bool fast_small_batches();
+
 // Same contract, triple loop in double precision: the oracle for tests.
 void gemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

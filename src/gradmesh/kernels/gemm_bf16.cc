@@ -6,6 +6,7 @@
 // few), a bounded map that starts over when full.
 #include "gradmesh/kernels/gemm_bf16.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -26,10 +27,12 @@ namespace {
 using Dims = dnnl::memory::dims;
 using DataType = dnnl::memory::data_type;
 
-// Shape, layout, alpha, beta, and the thread count: oneDNN plans a
-// primitive's split over the threads there are when it is created.
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, int>;
+// Shape, layout, alpha, beta, the thread count (oneDNN plans a primitive's
+// split over the threads there are when it is created), and whether the
+// operands are float32 (else bf16).
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, int, bool>;
 constexpr size_t kMaxPrimitives = 512;
+std::atomic<uint64_t> g_f32_products{0};
 
 struct Matmul {
   dnnl::matmul::primitive_desc pd;
@@ -41,9 +44,10 @@ std::shared_ptr<const Matmul> matmul_for(const Key& key) {
   std::lock_guard<std::mutex> lock(onednn::creation_mutex());
   const auto found = primitives.find(key);
   if (found != primitives.end()) return found->second;
-  const auto [trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads] = key;
-  const dnnl::memory::desc a_md({m, k}, DataType::bf16, trans_a ? Dims{1, lda} : Dims{lda, 1});
-  const dnnl::memory::desc b_md({k, n}, DataType::bf16, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
+  const auto [trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads, f32] = key;
+  const DataType operands = f32 ? DataType::f32 : DataType::bf16;
+  const dnnl::memory::desc a_md({m, k}, operands, trans_a ? Dims{1, lda} : Dims{lda, 1});
+  const dnnl::memory::desc b_md({k, n}, operands, trans_b ? Dims{1, ldb} : Dims{ldb, 1});
   const dnnl::memory::desc c_md({m, n}, DataType::f32, Dims{ldc, 1});
   dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -94,7 +98,7 @@ bool onednn_has_bf16_matmul() {
   static const bool usable = [] {
     if (!native_bf16(dnnl::get_effective_cpu_isa())) return false;
     try {
-      matmul_for(Key{false, false, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, 1});
+      matmul_for(Key{false, false, 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, 1, false});
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -113,6 +117,14 @@ void widen(const uint16_t* in, int64_t rows, int64_t cols, int64_t ld, std::vect
   out.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = bf16_to_float(in[r * ld + c]);
+}
+
+// oneDNN's memory objects take non-const pointers; it only reads A and B.
+void run_matmul(const Matmul& matmul, void* a, void* b, float* c) {
+  dnnl::memory a_mem(matmul.pd.src_desc(), onednn::cpu_engine(), a);
+  dnnl::memory b_mem(matmul.pd.weights_desc(), onednn::cpu_engine(), b);
+  dnnl::memory c_mem(matmul.pd.dst_desc(), onednn::cpu_engine(), c);
+  onednn::execute(matmul.primitive, matmul.pd, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
 }
 
 }  // namespace
@@ -135,13 +147,21 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                  ldc);
   }
   const std::shared_ptr<const Matmul> matmul =
-      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, num_threads()});
-  // oneDNN's memory objects take non-const pointers; it only reads A and B.
-  dnnl::memory a_mem(matmul->pd.src_desc(), onednn::cpu_engine(), const_cast<uint16_t*>(a));
-  dnnl::memory b_mem(matmul->pd.weights_desc(), onednn::cpu_engine(), const_cast<uint16_t*>(b));
-  dnnl::memory c_mem(matmul->pd.dst_desc(), onednn::cpu_engine(), c);
-  onednn::execute(matmul->primitive, matmul->pd, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, num_threads(), false});
+  run_matmul(*matmul, const_cast<uint16_t*>(a), const_cast<uint16_t*>(b), c);
 }
+
+void gemm_f32_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) return sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);  // oneDNN refuses k = 0
+  const std::shared_ptr<const Matmul> matmul =
+      matmul_for(Key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, num_threads(), true});
+  run_matmul(*matmul, const_cast<float*>(a), const_cast<float*>(b), c);
+  g_f32_products.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t onednn_f32_products() { return g_f32_products.load(std::memory_order_relaxed); }
 
 void gemm_f32_in_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

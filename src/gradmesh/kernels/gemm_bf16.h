@@ -36,6 +36,16 @@ void round_to_bf16(const float* in, int64_t n, uint16_t* out);
 // take the same decision (conv_bf16.h).
 bool onednn_has_bf16_matmul();
 
+// gemm() in float32 through oneDNN's matmul (its brgemm kernels), for
+// serving's batches of a few rows (set_fast_small_batches in gemm.h): for 2
+// to 64 rows against a Linear layer's weights it is 1.3-1.8x OpenBLAS's
+// sgemm, which packs the weights on every call. Its sums run in another
+// order than sgemm's, so its bits differ by rounding.
+void gemm_f32_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// How many products gemm_f32_onednn has run in this process (tests check the switch with it).
+uint64_t onednn_f32_products();
+
 // What runs the bf16 products on this CPU.
 struct Bf16Support {
   bool native = false;  // the CPU has bf16 dot products (AVX512_BF16 or AMX)
