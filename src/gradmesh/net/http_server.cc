@@ -288,9 +288,14 @@ class Session : public std::enable_shared_from_this<Session> {
         self->write_response(response);
       });
     };
-    auto start = [self = shared_from_this(), respond] {
+    // The handler gets its own request and route: once it has called
+    // `respond`, the connection may read its next request into the
+    // session's while a worker is still returning from this one.
+    auto request = std::make_shared<HttpRequest>(std::move(request_));
+    request_.gone = request->gone;  // the hangup watch still marks it
+    auto start = [request, handler = route_.start, respond] {
       try {
-        self->route_.start(self->request_, respond);
+        handler(*request, respond);
       } catch (const std::exception& e) {
         HttpResponse failed;
         failed.status = 500;
@@ -298,7 +303,7 @@ class Session : public std::enable_shared_from_this<Session> {
         respond(std::move(failed));
       }
     };
-    if (request_.body.size() <= kDeferredInlineBytes) return start();
+    if (request->body.size() <= kDeferredInlineBytes) return start();
     asio::post(shared_.workers, start);
   }
 
