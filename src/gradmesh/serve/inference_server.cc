@@ -240,14 +240,22 @@ struct InferenceServer::Impl final : ProtocolCore {
       return done(nullptr, &refused);
     }
     try {
+      // On the batcher's thread, which nothing may throw into.
       a.e->batcher->submit(a.rows, a.e->model, [this, a, req, done](BatchResult* result, std::exception_ptr failure) {
-        if (failure) {
-          count(a.e->model->name(), 500);
-          const ProtocolError refused(500, "inference failed: " + describe(failure));
-          return done(nullptr, &refused);
+        if (!failure) {
+          try {
+            InferReply reply = finish(a, *req, *result);
+            return done(&reply, nullptr);
+          } catch (...) {
+            failure = std::current_exception();
+          }
         }
-        InferReply reply = finish(a, *req, *result);
-        done(&reply, nullptr);
+        count(a.e->model->name(), 500);
+        const ProtocolError refused(500, "inference failed: " + describe(failure));
+        try {
+          done(nullptr, &refused);
+        } catch (...) {  // a front end that cannot even answer: its client's deadline ends the call
+        }
       });
     } catch (const QueueFull& full) {
       const ProtocolError refused = busy(a, full);
