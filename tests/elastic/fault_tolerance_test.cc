@@ -117,13 +117,14 @@ TEST(LaunchHang, FrozenWorkerIsNamedAndTheGroupStopped) {
   TempDir dir;
   ScopedEnv mode("GRADMESH_TEST_WORKER_MODE", "freeze");
   ScopedEnv interval("GRADMESH_HEARTBEAT_INTERVAL", "0.1");
-  // 4 s, not less: under TSan, beside another test, a worker has taken over
-  // 2 s to reach its first step, and was then judged a hang with the frozen one.
-  LauncherProcess launch(worker_launch({"--nproc-per-node", "2", "--heartbeat-timeout", "4", "--grace-period", "1"}),
+  // 8 s, not less: beside other tests on two busy cores, workers have taken
+  // over 2 s (TSan) and over 4 s (ASan) to reach their first step, and were
+  // then judged a hang with the frozen one.
+  LauncherProcess launch(worker_launch({"--nproc-per-node", "2", "--heartbeat-timeout", "8", "--grace-period", "1"}),
                          dir.path(), "l");
-  EXPECT_EQ(launch.wait(milliseconds(30'000)), 124) << launch.err();
+  EXPECT_EQ(launch.wait(milliseconds(40'000)), 124) << launch.err();
   const std::regex line(
-      R"(gradmesh launch: rank 1 \(pid \d+\) made no progress for 4\.0 s \(last step 5; heartbeat stopped\); stopped 2 workers)");
+      R"(gradmesh launch: rank 1 \(pid \d+\) made no progress for 8\.0 s \(last step 5; heartbeat stopped\); stopped 2 workers)");
   EXPECT_TRUE(std::regex_search(launch.err(), line)) << launch.err();
 }
 
