@@ -50,14 +50,20 @@ def infer():
     return request(f"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}")
 
 stop = threading.Event()
-def slow_header():
-    s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
-    i = 0
+def slow_header(reopen=False):
+    """One header line every 2 s until `stop`; when the server's header deadline closes the connection,
+    give up, or (reopen) open another as an attacker would."""
+    def begin():
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+        return c
+    s, i = begin(), 0
     while not stop.is_set():
         try: s.sendall(f"X-{i}: y\r\n".encode())
-        except OSError: return
-        i += 1; time.sleep(2)
+        except OSError:
+            if not reopen: return
+            s = begin()
+        i += 1; stop.wait(2)
 def slow_body():
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n")
@@ -88,26 +94,12 @@ if open_loop_rate:
     held = []
     for _ in range(1000):
         held.append(socket.create_connection(("127.0.0.1", port)))
-    trickle_stop = threading.Event()
-
-    def trickle():
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
-        i = 0
-        while not trickle_stop.is_set():
-            try:
-                s.sendall(f"X-{i}: y\r\n".encode())
-            except OSError:  # the header deadline closed it: open another, as an attacker would
-                s = socket.create_connection(("127.0.0.1", port))
-                s.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
-            i += 1
-            trickle_stop.wait(2)
     for _ in range(100):
-        threading.Thread(target=trickle, daemon=True).start()
+        threading.Thread(target=slow_header, args=(True,), daemon=True).start()
     time.sleep(2)
     attacked, _ = open_loop_run("1,000 idle + 100 trickling connections")
     print(f"  inference answered under attack / quiet: {attacked['achieved_rate'] / clean['achieved_rate']:.2f}")
-    trickle_stop.set()
+    stop.set()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     sys.exit(0)

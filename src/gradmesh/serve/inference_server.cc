@@ -369,16 +369,17 @@ struct InferenceServer::Impl final : ProtocolCore {
       reply_error(res, 400, error.what());
       return respond(std::move(res));
     }
+    // Taken before the request moves (argument order is unspecified).
     const bool all_binary = request.binary_output;
-    auto binary = std::make_shared<std::vector<std::string>>(request.binary_outputs);
+    std::vector<std::string> binary = request.binary_outputs;
     infer_async(where.name, where.version, std::move(request),
-                [respond, all_binary, binary](InferReply* answer, const ProtocolError* refused) {
+                [respond, all_binary, binary = std::move(binary)](InferReply* answer, const ProtocolError* refused) {
                   HttpResponse out;
                   if (refused) {
                     if (refused->status() == 503) out.headers.emplace_back("Retry-After", "1");
                     reply_error(out, refused->status(), refused->what());
                   } else {
-                    write_reply(*answer, all_binary, *binary, out);
+                    write_reply(*answer, all_binary, binary, out);
                   }
                   respond(std::move(out));
                 });
