@@ -52,16 +52,30 @@ void Work::start() {
   started_ = std::chrono::steady_clock::now();
 }
 
+void Work::on_finish(std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      on_finish_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return;
+    callbacks.swap(on_finish_);
     if (started_ == std::chrono::steady_clock::time_point{}) started_ = std::chrono::steady_clock::now();
     finished_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
     done_ = true;
   }
   done_cv_.notify_all();
+  for (auto& callback : callbacks) callback();
 }
 
 }  // namespace gradmesh::comm

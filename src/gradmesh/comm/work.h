@@ -8,8 +8,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gradmesh/comm/store.h"
 
@@ -35,6 +37,11 @@ class Work {
   // "allreduce #12 (f32 x 1048576, sum)", for messages.
   const std::string& description() const { return description_; }
 
+  // Calls `callback` once the operation has finished, with or without an
+  // error: at once on this thread if it already has, otherwise on the thread
+  // that finishes it, after waiters were woken. Callbacks must not throw.
+  void on_finish(std::function<void()> callback);
+
   // For backends: the operation began executing / ended (error null = success).
   void start();
   void finish(std::exception_ptr error = nullptr);
@@ -45,6 +52,7 @@ class Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::vector<std::function<void()>> on_finish_;
   std::chrono::steady_clock::time_point started_{}, finished_{};
 };
 

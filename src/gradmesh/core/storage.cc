@@ -53,7 +53,10 @@ Storage::Storage(size_t bytes) : data_(nullptr), bytes_(round_up(bytes)) {
   if (data_ == nullptr) throw std::bad_alloc();
 }
 
+Storage::Storage(void* data, size_t bytes, Borrowed) : data_(data), bytes_(bytes), owned_(false) {}
+
 Storage::~Storage() {
+  if (!owned_) return;
   FreeList& list = free_list();
   if (list.enabled) {
     std::lock_guard<std::mutex> lock(list.mutex);

@@ -15,6 +15,10 @@ inline constexpr size_t kTensorAlignment = 64;  // one cache line, also AVX-512 
 class Storage {
  public:
   explicit Storage(size_t bytes);
+  // Memory another owner keeps alive (a PyTorch tensor's, through
+  // Tensor::borrow): never cached or freed here.
+  struct Borrowed {};
+  Storage(void* data, size_t bytes, Borrowed);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -25,6 +29,7 @@ class Storage {
  private:
   void* data_;
   size_t bytes_;
+  bool owned_ = true;
 };
 
 // Bytes currently parked in the free list (for tests and memory reports).

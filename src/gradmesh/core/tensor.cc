@@ -40,6 +40,16 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype) {
+  Tensor t;
+  t.shape_ = shape;
+  const int64_t bytes = shape_nbytes(shape, dtype);
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(bytes), Storage::Borrowed{});
+  return t;
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   Tensor t;
   t.shape_ = shape;

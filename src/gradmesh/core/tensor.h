@@ -39,6 +39,10 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::kF32);
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32);
   static Tensor full(const Shape& shape, float value);
+  // A tensor over `data`, which another owner keeps alive and in place for
+  // as long as this tensor or a view of it lives (no copy; no alignment
+  // required). For handing a PyTorch tensor's memory to a collective.
+  static Tensor borrow(void* data, const Shape& shape, DType dtype);
   // Copies `values` (size must equal the shape's element count).
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
 

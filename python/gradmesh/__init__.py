@@ -1,0 +1,1 @@
+"""gradmesh from Python. `gradmesh.torch` is its torch.distributed backend."""

@@ -1,0 +1,75 @@
+// The torch Work a gradmesh operation returns, and what finishes it.
+//
+// One torch operation may issue several gradmesh operations (an all-to-all
+// is a send and a receive per peer; a reduction of int64 is an all-gather),
+// and may have work left after they finish (copying into non-contiguous
+// outputs, reducing gathered values). A Completion counts the gradmesh
+// operations it tracks; when the last one finishes it runs that remaining
+// work, then finishes the torch Work and its future, with the first error
+// if any part failed. All of that runs on the thread that finished the last
+// part: the group's communication thread, or the caller's for an operation
+// that ran inline.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "gradmesh/comm/work.h"
+#include "gradmesh/core/tensor.h"
+#include "gradmesh/pytorch/tensor_bridge.h"
+
+namespace gradmesh::pytorch {
+
+class GradmeshWork final : public c10d::Work {
+ public:
+  GradmeshWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Finishes this work and its future (once).
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class Completion : public std::enable_shared_from_this<Completion> {
+ public:
+  static std::shared_ptr<Completion> make(c10::intrusive_ptr<GradmeshWork> work);
+
+  // Lends a staged buffer to gradmesh, in its own dtype or as bytes
+  // (tensor_bridge.h), and holds it, and the gradmesh tensor at a stable
+  // address (groups take tensors by reference), until the operation finishes.
+  Tensor& lend_native(const Staged& staged);
+  Tensor& lend_bytes(const Staged& staged);
+  // Runs after every tracked part succeeded, before the torch Work finishes;
+  // an exception from it fails the Work.
+  void then(std::function<void()> step) { then_ = std::move(step); }
+  // Counts `part` until it finishes.
+  void track(const std::shared_ptr<comm::Work>& part);
+  // No more parts: the Work finishes when the tracked ones have (at once if none).
+  c10::intrusive_ptr<c10d::Work> seal();
+
+ private:
+  explicit Completion(c10::intrusive_ptr<GradmeshWork> work) : work_(std::move(work)) {}
+  void part_done(std::exception_ptr error);
+
+  c10::intrusive_ptr<GradmeshWork> work_;
+  Tensor& hold(const Staged& staged, Tensor lent);
+  std::deque<Tensor> lent_;
+  std::vector<at::Tensor> held_;
+  std::function<void()> then_;
+  std::atomic<int> pending_{1};  // the seal counts as one
+  std::mutex error_mutex_;
+  std::exception_ptr first_error_;
+};
+
+}  // namespace gradmesh::pytorch

@@ -1,0 +1,86 @@
+// The "gradmesh" backend of torch.distributed: c10d's ProcessGroup over a
+// gradmesh process group (shm on one host, hier or gloo across hosts).
+//
+// What each operation does (tensor_bridge.h says how tensors travel):
+//   allreduce, reduce    float32/bfloat16 with sum, avg, min, max: the
+//                        group's own all-reduce. Anything else: all-gather,
+//                        then reduce here. reduce is an all-reduce whose
+//                        result every rank keeps.
+//   broadcast            the group's broadcast, of bytes.
+//   allgather(_base)     the group's all-gather, of bytes; the list form
+//                        copies out of one flat buffer.
+//   reduce_scatter(_base) float32/bfloat16 with sum, avg, min, max: the
+//                        group's reduce-scatter. Anything else: all-gather
+//                        and reduce the own slice here.
+//   gather, scatter      gather: an all-gather of which the root keeps all;
+//                        scatter: the root sends each rank its part.
+//   alltoall(_base)      pairwise exchanges (rank r pairs with (k - r) mod n
+//                        in step k; the lower rank sends first), so it also
+//                        works where a large send waits for its receiver.
+//   barrier, send, recv  the group's own.
+// One tensor per call (CPU, any strides); a list of several is an error, as
+// for every backend without several devices per process.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradmesh/comm/process_group.h"
+
+namespace gradmesh::pytorch {
+
+class GradmeshProcessGroup final : public c10d::ProcessGroup {
+ public:
+  // `group` has this rank and size; `world_ranks[r]` is group rank r's global rank.
+  GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group, std::vector<int> world_ranks);
+
+  const std::string getBackendName() const override { return "gradmesh"; }
+  // The gradmesh group underneath, and the backend it runs ("shm", ...).
+  comm::ProcessGroup& group() { return *group_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
+  using Tensors = std::vector<at::Tensor>;
+  using TensorLists = std::vector<std::vector<at::Tensor>>;
+  c10::intrusive_ptr<c10d::Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(TensorLists& outputs, Tensors& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(TensorLists& outputs, Tensors& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(Tensors& outputs, TensorLists& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(Tensors& outputs, TensorLists& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(Tensors& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(Tensors& tensors, int src, int tag) override;
+
+ private:
+  struct Exchange;  // one all-to-all's chunks
+  c10::intrusive_ptr<c10d::Work> reduce_in_place(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op,
+                                                 std::chrono::milliseconds timeout, c10d::OpType type);
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(const at::Tensor& output, const at::Tensor& input,
+                                                     c10d::ReduceOp::RedOpType op, std::chrono::milliseconds timeout,
+                                                     c10d::OpType type, std::function<void()> also_then);
+  c10::intrusive_ptr<c10d::Work> exchange(Exchange& chunks, std::chrono::milliseconds timeout, c10d::OpType type,
+                                          std::vector<at::Tensor> outputs);
+
+  std::shared_ptr<comm::ProcessGroup> group_;
+  std::vector<int> world_ranks_;
+};
+
+}  // namespace gradmesh::pytorch
