@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["Options", "bf16_compress_hook", "is_broken", "traffic", "transport"]
+__all__ = ["Options", "bf16_gradient_hook", "is_broken", "traffic", "transport"]
 
 
 class Options:
@@ -66,13 +66,13 @@ def traffic():
     return _C.traffic()
 
 
-def bf16_compress_hook(process_group, bucket):
+def bf16_gradient_hook(process_group, bucket):
     """A DDP communication hook: each gradient bucket crosses the wire as
     bfloat16 (half the bytes of float32) through gradmesh's reduction, which
     adds in float32 and rounds once per hop, and is averaged and written back
     as float32.
 
-        model.register_comm_hook(None, gradmesh.torch.bf16_compress_hook)
+        model.register_comm_hook(None, gradmesh.torch.bf16_gradient_hook)
     """
     group = _group(process_group)
     buffer = bucket.buffer()

@@ -65,10 +65,19 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const GroupRequest& request) {
   options.local_rank = placement.local_rank;
   options.local_size = placement.local_size;
   auto group = comm::create_process_group(store, request.rank, request.size, options);
+  std::shared_ptr<comm::ProcessGroup> messages = group;
+  if (options.backend == "shm") {  // shm's messages queue behind its collectives (process_group.h)
+    comm::ProcessGroupOptions gloo = options;
+    gloo.backend = "gloo";
+    gloo.check = false;
+    gloo.lazy_connections = true;
+    messages = comm::create_process_group(std::make_shared<comm::PrefixStore>(store, "messages"), request.rank,
+                                          request.size, gloo);
+  }
   std::vector<int> world = request.world_ranks;
   if (world.empty())
     for (int r = 0; r < request.size; ++r) world.push_back(r);
-  return c10::make_intrusive<GradmeshProcessGroup>(std::move(group), std::move(world));
+  return c10::make_intrusive<GradmeshProcessGroup>(std::move(group), std::move(messages), std::move(world));
 }
 
 }  // namespace gradmesh::pytorch

@@ -61,16 +61,18 @@ at::Tensor gathered_rows(const at::Tensor& flat, int ranks, int64_t padded, int6
 }
 
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* operation) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "gradmesh: ", operation, " mixes ", c10::toString(a.scalar_type()),
-              " and ", c10::toString(b.scalar_type()));
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "gradmesh: ", operation, " mixes ", dtype_label(a.scalar_type()),
+              " and ", dtype_label(b.scalar_type()));
   TORCH_CHECK(a.numel() == b.numel(), "gradmesh: ", operation, " needs equal sizes, got ", a.numel(), " and ",
               b.numel(), " elements");
 }
 
 }  // namespace
 
-GradmeshProcessGroup::GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group, std::vector<int> world_ranks)
-    : c10d::ProcessGroup(group->rank(), group->size()), group_(std::move(group)), world_ranks_(std::move(world_ranks)) {
+GradmeshProcessGroup::GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group,
+                                           std::shared_ptr<comm::ProcessGroup> messages, std::vector<int> world_ranks)
+    : c10d::ProcessGroup(group->rank(), group->size()), group_(std::move(group)), messages_(std::move(messages)),
+      world_ranks_(std::move(world_ranks)) {
   init();
 }
 
@@ -221,12 +223,12 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::scatter(Tensors& outputs, T
         output.copy_(inputs[0][r]);
         continue;
       }
-      done->track(group_->send(done->lend_bytes(stage_bytes(inputs[0][r], true)), r, kScatterTag, options));
+      done->track(messages_->send(done->lend_bytes(stage_bytes(inputs[0][r], true)), r, kScatterTag, options));
     }
     return done->seal();
   }
   Staged staged = stage_bytes(output, false);
-  done->track(group_->recv(done->lend_bytes(staged), root, kScatterTag, options));
+  done->track(messages_->recv(done->lend_bytes(staged), root, kScatterTag, options));
   done->then([staged] { staged.copy_back(); });
   return done->seal();
 }
@@ -236,7 +238,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_scatter_flat(const a
                                                                          std::chrono::milliseconds timeout,
                                                                          OpType type, std::function<void()> also_then) {
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), "gradmesh: reduce_scatter mixes ",
-              c10::toString(input.scalar_type()), " and ", c10::toString(output.scalar_type()));
+              dtype_label(input.scalar_type()), " and ", dtype_label(output.scalar_type()));
   TORCH_CHECK(input.numel() == output.numel() * size_, "gradmesh: reduce_scatter needs an input of ",
               output.numel() * size_, " elements (", size_, " x ", output.numel(), "), got ", input.numel());
   auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::vector<at::Tensor>{output}));
@@ -307,12 +309,12 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::exchange(Exchange& chunks, 
     }
     auto send = [&] {
       if (chunks.to[peer].numel() == 0) return;
-      done->track(group_->send(done->lend_bytes(stage_bytes(chunks.to[peer], true)), peer, kAllToAllTag, options));
+      done->track(messages_->send(done->lend_bytes(stage_bytes(chunks.to[peer], true)), peer, kAllToAllTag, options));
     };
     auto recv = [&] {
       if (chunks.from[peer].numel() == 0) return;
       Staged staged = stage_bytes(chunks.from[peer], false);
-      done->track(group_->recv(done->lend_bytes(staged), peer, kAllToAllTag, options));
+      done->track(messages_->recv(done->lend_bytes(staged), peer, kAllToAllTag, options));
       received.push_back(staged);
     };
     // The lower rank of each pair sends first: no pair waits on itself.
@@ -402,7 +404,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::send(Tensors& tensors, int 
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "gradmesh: send to rank ", dst, " from rank ", rank_,
               " of a group of ", size_);
   auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::SEND, tensors));
-  done->track(group_->send(done->lend_bytes(stage_bytes(tensor, true)), dst, tag));
+  done->track(messages_->send(done->lend_bytes(stage_bytes(tensor, true)), dst, tag));
   return done->seal();
 }
 
@@ -412,7 +414,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::recv(Tensors& tensors, int 
               " of a group of ", size_);
   auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::RECV, tensors));
   Staged staged = stage_bytes(tensor, false);
-  done->track(group_->recv(done->lend_bytes(staged), src, tag));
+  done->track(messages_->recv(done->lend_bytes(staged), src, tag));
   if (staged.copied) done->then([staged] { staged.copy_back(); });
   return done->seal();
 }

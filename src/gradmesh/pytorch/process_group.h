@@ -17,7 +17,13 @@
 //   alltoall(_base)      pairwise exchanges (rank r pairs with (k - r) mod n
 //                        in step k; the lower rank sends first), so it also
 //                        works where a large send waits for its receiver.
-//   barrier, send, recv  the group's own.
+//   barrier              the group's own.
+//   send, recv           a message is posted at once and never waits behind
+//                        the group's collectives or other messages, as in
+//                        Gloo, so ranks may isend and irecv in any order.
+//                        Over shm that takes a second group, Gloo's with
+//                        connections made on first use (loopback TCP);
+//                        gloo and hier groups post messages that way already.
 // One tensor per call (CPU, any strides); a list of several is an error, as
 // for every backend without several devices per process.
 #pragma once
@@ -34,8 +40,10 @@ namespace gradmesh::pytorch {
 
 class GradmeshProcessGroup final : public c10d::ProcessGroup {
  public:
-  // `group` has this rank and size; `world_ranks[r]` is group rank r's global rank.
-  GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group, std::vector<int> world_ranks);
+  // `group` has this rank and size; `messages` carries send and recv (may be
+  // `group`); `world_ranks[r]` is group rank r's global rank.
+  GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group, std::shared_ptr<comm::ProcessGroup> messages,
+                       std::vector<int> world_ranks);
 
   const std::string getBackendName() const override { return "gradmesh"; }
   // The gradmesh group underneath, and the backend it runs ("shm", ...).
@@ -79,7 +87,7 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> exchange(Exchange& chunks, std::chrono::milliseconds timeout, c10d::OpType type,
                                           std::vector<at::Tensor> outputs);
 
-  std::shared_ptr<comm::ProcessGroup> group_;
+  std::shared_ptr<comm::ProcessGroup> group_, messages_;
   std::vector<int> world_ranks_;
 };
 

@@ -52,6 +52,22 @@ Tensor lend_bytes(const Staged& staged) {
   return Tensor::borrow(staged.buffer.data_ptr(), {bytes / 2}, DType::kBF16);
 }
 
+std::string dtype_label(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kShort: return "int16";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: return c10::toString(type);
+  }
+}
+
 std::string reduce_op_label(c10d::ReduceOp::RedOpType op) {
   switch (op) {
     case c10d::ReduceOp::SUM: return "sum";
@@ -82,18 +98,21 @@ at::Tensor reduce_gathered(const at::Tensor& gathered, c10d::ReduceOp::RedOpType
   const bool integral = at::isIntegralType(type, /*includeBool=*/true);
   switch (op) {
     case c10d::ReduceOp::SUM: return at::sum(gathered, {0}, false, type);
-    case c10d::ReduceOp::PRODUCT: return at::prod(gathered, 0, false, type);
+    case c10d::ReduceOp::PRODUCT:
+      // ATen has no bfloat16 or half product: form it in float32, round once.
+      if (type == at::kBFloat16 || type == at::kHalf) return at::prod(gathered.to(at::kFloat), 0).to(type);
+      return at::prod(gathered, 0, false, type);
     case c10d::ReduceOp::MIN: return at::amin(gathered, {0});
     case c10d::ReduceOp::MAX: return at::amax(gathered, {0});
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK(!integral, "gradmesh: avg of ", c10::toString(type),
+      TORCH_CHECK(!integral, "gradmesh: avg of ", dtype_label(type),
                   " tensors is not defined (the mean of integers is not an integer); reduce with sum and divide");
       return at::sum(gathered, {0}, false, type).div_(gathered.size(0));
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR: {
       TORCH_CHECK(integral, "gradmesh: ", reduce_op_label(op), " needs integer or bool tensors, not ",
-                  c10::toString(type));
+                  dtype_label(type));
       if (op == c10d::ReduceOp::BAND)
         return fold(gathered, [](const at::Tensor& a, const at::Tensor& b) { return at::bitwise_and(a, b); });
       if (op == c10d::ReduceOp::BOR)

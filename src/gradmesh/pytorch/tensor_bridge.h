@@ -48,6 +48,8 @@ Tensor lend_bytes(const Staged& staged);
 // integers, bitwise ops on floats, premul_sum) is a c10::Error naming both.
 at::Tensor reduce_gathered(const at::Tensor& gathered, c10d::ReduceOp::RedOpType op);
 
+// torch's spelling of a dtype, for messages: "float32", "int64", ...
+std::string dtype_label(at::ScalarType type);
 // "sum", "avg", ...
 std::string reduce_op_label(c10d::ReduceOp::RedOpType op);
 
