@@ -7,7 +7,7 @@ TSAN_BUILD ?= build-tsan
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan test-tsan bench clean
+.PHONY: all deps configure build demo python test test-asan test-tsan bench clean
 
 all: build
 
@@ -32,8 +32,20 @@ demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target gradmesh
 	$(BUILD)/gradmesh train examples/mlp.toml --nproc-per-node 2 --set train.epochs=3
 
-test: build
+# The torch.distributed backend (docs/pytorch.md): installs Debian's PyTorch
+# with its C++ headers and pybind11, then builds the package into
+# $(BUILD)/python (`make` builds it too wherever they are installed).
+python: deps
+	@scripts/install-deps.sh --python
+	@$(MAKE) --no-print-directory configure
+	@cmake --build $(BUILD) -j $(JOBS) --target gradmesh_torch
+	@echo "gradmesh.torch is in $(BUILD)/python: PYTHONPATH=$(BUILD)/python python3 -c 'import gradmesh.torch'"
+
+# The test dependencies come first: the configure step looks for PyTorch's
+# headers to build the backend that tests/pytorch runs.
+test: deps
 	@scripts/install-deps.sh --test
+	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The sanitizer builds compile at -O1 with line tables only (-g1): stack traces

@@ -34,6 +34,8 @@ PROVIDES = {
     'libcpp-httplib-dev': [r'^httplib\.h$'],
     'libopenmpi-dev': [r'^mpi\.h$'],
     'libgtest-dev': [r'^gtest/', r'^gmock/'],
+    'libtorch-dev': [r'^torch/', r'^ATen/', r'^c10/'],
+    'pybind11-dev': [r'^pybind11/'],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 ROW = re.compile(r'^\| (?P<packages>[^|]*?) \| (?P<used>[^|]*?) \| (?P<why>.*) \|$')

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages gradmesh needs; safe to run repeatedly.
-# usage: scripts/install-deps.sh [--bench|--test]   (--bench adds PyTorch for the anchors, --test a browser)
+# usage: scripts/install-deps.sh [--bench|--test|--python]
+#   --python  Debian's PyTorch with its C++ headers and pybind11: the torch.distributed backend (make python)
+#   --bench   that, and what the PyTorch anchors in bench/ use
+#   --test    that, a browser and gRPC's Python client
 set -euo pipefail
 
 packages=(
@@ -27,6 +30,12 @@ packages=(
   dataset-fashion-mnist                   # the reference dataset
   fortunes                                # the default text corpus (gradmesh data prepare-text)
 )
+# The torch.distributed backend (python/gradmesh/torch, src/gradmesh/pytorch):
+# PyTorch's C++ headers and libraries, pybind11 and Python's headers.
+torch_backend=(python3-torch libtorch-dev pybind11-dev python3-dev)
+if [[ "${1:-}" =~ ^--(python|bench|test)$ ]]; then
+  packages+=("${torch_backend[@]}")
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy python3-torchvision python3-pil python3.11-doc python3-xxhash)  # the PyTorch anchors in bench/, the loader anchor, a larger text corpus, shard checksums
 fi

@@ -199,6 +199,32 @@ def test_every_operation_on_4_ranks():
     harness.run(every_operation, 4)
 
 
+def wire_bytes(rank, size, gloo, numel):
+    import gradmesh.torch as gt
+
+    def sent():
+        return sum(t["sent"] for t in gt.traffic().values())
+
+    counts = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = make(rank, numel, dtype)
+        before = sent()
+        for _ in range(10):
+            dist.all_reduce(x)
+        counts[str(dtype)] = sent() - before
+    return counts
+
+
+def test_bf16_tensors_cross_the_wire_in_16_bits():
+    for transport in ("shm", "gloo"):
+        import os
+        os.environ["GRADMESH_BACKEND"] = transport
+        counts = harness.run(wire_bytes, 2, 1 << 20)[0]
+        ratio = counts["torch.bfloat16"] / counts["torch.float32"]
+        print(f"{transport}: float32 {counts['torch.float32']} bytes, bfloat16 {counts['torch.bfloat16']}: {ratio:.3f}")
+        assert 0.45 < ratio < 0.55, f"{transport}: bfloat16 sent {ratio:.3f} of float32's bytes"
+
+
 def subgroups(rank, size, gloo):
     import gradmesh.torch as gt
     evens = dist.new_group([0, 2])

@@ -40,8 +40,10 @@ def ddp(rank, size, gloo, hook):
     net = nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.05)  # several buckets
     if hook:
         net.register_comm_hook(None, gt.bf16_gradient_hook)
+    before = sum(t["sent"] for t in gt.traffic().values())
     losses = train(net, rank)
-    return [p.detach().clone() for p in net.parameters()], losses
+    sent = sum(t["sent"] for t in gt.traffic().values()) - before
+    return [p.detach().clone() for p in net.parameters()], losses, sent
 
 
 def compare(size):
@@ -73,7 +75,9 @@ def test_ddp_with_the_bf16_hook_tracks_float32():
         assert rel < 0.02, f"parameter {i}: bf16 gradients moved it {rel:.4f} (relative) from the float32 run"
     for i, (a, b) in enumerate(zip(half[0][0], half[1][0])):
         assert torch.equal(a, b), f"parameter {i} differs between the ranks under the bf16 hook"
-    print(f"final loss: float32 {full[0][1][-1]:.5f}, bf16 hook {half[0][1][-1]:.5f}")
+    ratio = half[0][2] / full[0][2]
+    assert 0.45 < ratio < 0.55, f"the bf16 hook sent {ratio:.3f} of float32's bytes"
+    print(f"final loss: float32 {full[0][1][-1]:.5f}, bf16 hook {half[0][1][-1]:.5f}; bytes sent {ratio:.3f}x")
 
 
 def sharded(rank, size, gloo):

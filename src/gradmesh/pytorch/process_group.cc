@@ -21,6 +21,10 @@ template <typename Options>
 Options with_timeout(std::chrono::milliseconds timeout) {
   Options options;
   if (timeout != c10d::kUnsetTimeout) options.timeout = comm::Millis(timeout.count());
+  // On the group's thread even when small: DDP issues its buckets from
+  // backward, which goes on computing while they reduce; a caller that waits
+  // at once pays a thread hand-off (docs/pytorch.md has both figures).
+  options.background = true;
   return options;
 }
 

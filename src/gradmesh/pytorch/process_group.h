@@ -30,6 +30,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
