@@ -20,9 +20,22 @@ GradmeshProcessGroup& gradmesh_group(const c10::intrusive_ptr<c10d::ProcessGroup
   return *ours;
 }
 
+// Runs `f` with the interpreter lock released when this thread holds it.
+// While the interpreter shuts down the lock stays: threads that would take it
+// then are stopped by Python itself, so nothing waits on this one.
+void run_unlocked(const std::function<void()>& f) {
+  if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    f();
+    return;
+  }
+  f();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  GradmeshProcessGroup::set_unlocked_runner(&run_unlocked);
   m.doc() = "gradmesh's collectives as a torch.distributed backend";
   m.def(
       "create_group",

@@ -1,5 +1,6 @@
 #include "gradmesh/pytorch/process_group.h"
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -78,6 +79,23 @@ GradmeshProcessGroup::GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> g
     : c10d::ProcessGroup(group->rank(), group->size()), group_(std::move(group)), messages_(std::move(messages)),
       world_ranks_(std::move(world_ranks)) {
   init();
+}
+
+namespace {
+std::atomic<GradmeshProcessGroup::UnlockedRunner> unlocked_runner{nullptr};
+}  // namespace
+
+void GradmeshProcessGroup::set_unlocked_runner(UnlockedRunner runner) { unlocked_runner.store(runner); }
+
+GradmeshProcessGroup::~GradmeshProcessGroup() {
+  auto join = [this] {
+    messages_.reset();
+    group_.reset();
+  };
+  if (UnlockedRunner runner = unlocked_runner.load())
+    runner(join);
+  else
+    join();
 }
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_in_place(const at::Tensor& tensor, RedOp op,

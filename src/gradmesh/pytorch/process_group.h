@@ -47,6 +47,16 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
   GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> group, std::shared_ptr<comm::ProcessGroup> messages,
                        std::vector<int> world_ranks);
 
+  // Joins the groups' threads, with Python's interpreter lock released if
+  // this thread holds it (see set_unlocked_runner).
+  ~GradmeshProcessGroup() override;
+
+  // How to run a function without the interpreter lock held (module.cc sets
+  // it): a group's thread may need the lock to drop the last reference to a
+  // Python-owned tensor while this thread waits to join it.
+  using UnlockedRunner = void (*)(const std::function<void()>&);
+  static void set_unlocked_runner(UnlockedRunner runner);
+
   const std::string getBackendName() const override { return "gradmesh"; }
   // The gradmesh group underneath, and the backend it runs ("shm", ...).
   comm::ProcessGroup& group() { return *group_; }
