@@ -38,8 +38,11 @@ if(missing)
   message(STATUS "gradmesh.torch (the torch.distributed backend) not built: ${missing}")
 else()
   set(GRADMESH_PYTHON_BUILT ON)
-  # Linked into a shared module: the library's code must be position independent.
+  # Linked into a shared module: the library's code must be position
+  # independent. Without semantic interposition the compiler still inlines
+  # and calls the library's own functions directly, as in a non-PIC build.
   set_target_properties(gradmesh_lib PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(gradmesh_lib PRIVATE -fno-semantic-interposition)
   file(GLOB GRADMESH_TORCH_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/gradmesh/pytorch/*.cc)
   add_library(gradmesh_torch MODULE ${GRADMESH_TORCH_SOURCES})
   set_target_properties(gradmesh_torch PROPERTIES

@@ -18,8 +18,15 @@ def killed_rank(rank, size, gloo):
     t = torch.ones(1000)
     dist.all_reduce(t)
     assert t[0].item() == size
+    tail = dist.new_group([size - 2, size - 1])
     if rank == size - 1:
         os._exit(3)  # killed: no error, no goodbye
+    in_subgroup = None
+    if rank == size - 2:
+        try:
+            dist.all_reduce(torch.ones(10), group=tail)
+        except RuntimeError as e:
+            in_subgroup = str(e)
     start = time.monotonic()
     try:
         dist.all_reduce(torch.ones(1000))
@@ -31,13 +38,16 @@ def killed_rank(rank, size, gloo):
             raise AssertionError("an operation on a broken group succeeded")
         except RuntimeError as later:
             assert "broken" in str(later), str(later)
-        return str(e), elapsed
+        return str(e), elapsed, in_subgroup
     raise AssertionError("all_reduce without rank %d succeeded" % (size - 1))
 
 
 def test_a_killed_rank_is_named_by_the_survivors():
     results = harness.run(killed_rank, 3, timeout_s=TIMEOUT_S, lost=(2,))
-    for rank, (message, elapsed) in enumerate(results[:2]):
+    subgroup_message = results[1][2]
+    assert "as global ranks: 0 = 1, 1 = 2" in subgroup_message, subgroup_message
+    print(f"rank 1, in the subgroup of global ranks 1 and 2: {subgroup_message.splitlines()[0]}")
+    for rank, (message, elapsed, _) in enumerate(results[:2]):
         assert "rank 2" in message, f"rank {rank}'s error does not name rank 2: {message}"
         assert elapsed < TIMEOUT_S + 5, f"rank {rank} learnt of it after {elapsed:.1f} s (timeout {TIMEOUT_S} s)"
         print(f"rank {rank}, after {elapsed:.2f} s: {message.splitlines()[0]}")

@@ -2,6 +2,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <stdexcept>
+
 namespace gradmesh::pytorch {
 
 GradmeshWork::GradmeshWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
@@ -64,6 +66,14 @@ void Completion::part_done(std::exception_ptr error) {
       then_();
     } catch (...) {
       failure = std::current_exception();
+    }
+  }
+  if (failure && !note_.empty()) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      failure = std::make_exception_ptr(std::runtime_error(e.what() + note_));
+    } catch (...) {
     }
   }
   then_ = nullptr;  // drops the tensors it holds

@@ -53,6 +53,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   // Runs after every tracked part succeeded, before the torch Work finishes;
   // an exception from it fails the Work.
   void then(std::function<void()> step) { then_ = std::move(step); }
+  // Appended to the message of an error that fails the Work.
+  void note_on_failure(std::string note) { note_ = std::move(note); }
   // Counts `part` until it finishes.
   void track(const std::shared_ptr<comm::Work>& part);
   // No more parts: the Work finishes when the tracked ones have (at once if none).
@@ -67,6 +69,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   std::deque<Tensor> lent_;
   std::vector<at::Tensor> held_;
   std::function<void()> then_;
+  std::string note_;
   std::atomic<int> pending_{1};  // the seal counts as one
   std::mutex error_mutex_;
   std::exception_ptr first_error_;

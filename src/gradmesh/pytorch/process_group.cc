@@ -78,6 +78,15 @@ GradmeshProcessGroup::GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> g
                                            std::shared_ptr<comm::ProcessGroup> messages, std::vector<int> world_ranks)
     : c10d::ProcessGroup(group->rank(), group->size()), group_(std::move(group)), messages_(std::move(messages)),
       world_ranks_(std::move(world_ranks)) {
+  // gradmesh's messages name a subgroup's ranks as the subgroup numbers
+  // them; a script thinks in global ranks.
+  bool identity = true;
+  std::string map;
+  for (size_t r = 0; r < world_ranks_.size(); ++r) {
+    identity = identity && world_ranks_[r] == static_cast<int>(r);
+    map += (r ? ", " : "") + std::to_string(r) + " = " + std::to_string(world_ranks_[r]);
+  }
+  if (!identity) failure_note_ = " [ranks above are this subgroup's; as global ranks: " + map + "]";
   init();
 }
 
@@ -86,6 +95,12 @@ std::atomic<GradmeshProcessGroup::UnlockedRunner> unlocked_runner{nullptr};
 }  // namespace
 
 void GradmeshProcessGroup::set_unlocked_runner(UnlockedRunner runner) { unlocked_runner.store(runner); }
+
+std::shared_ptr<Completion> GradmeshProcessGroup::start(OpType type, std::vector<at::Tensor> outputs) {
+  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::move(outputs)));
+  done->note_on_failure(failure_note_);
+  return done;
+}
 
 GradmeshProcessGroup::~GradmeshProcessGroup() {
   auto join = [this] {
@@ -100,7 +115,7 @@ GradmeshProcessGroup::~GradmeshProcessGroup() {
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_in_place(const at::Tensor& tensor, RedOp op,
                                                                      std::chrono::milliseconds timeout, OpType type) {
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::vector<at::Tensor>{tensor}));
+  auto done = start(type, std::vector<at::Tensor>{tensor});
   const std::optional<comm::ReduceOp> native = native_op(op);
   if (native && native_dtype(tensor.scalar_type())) {
     Staged staged = stage_native(tensor, true);
@@ -140,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::broadcast(Tensors& tensors,
   const at::Tensor& tensor = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: broadcast root ", opts.rootRank,
               " outside a group of ", size_);
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::BROADCAST, tensors));
+  auto done = start(OpType::BROADCAST, tensors);
   Staged staged = stage_bytes(tensor, true);
   auto options = with_timeout<comm::BroadcastOptions>(opts.timeout);
   options.root = static_cast<int>(opts.rootRank);
@@ -160,7 +175,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::allgather(TensorLists& outp
     check_cpu_dense(target, "allgather");
     check_same(target, input, "allgather");
   }
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::ALLGATHER, targets));
+  auto done = start(OpType::ALLGATHER, targets);
   Staged mine = stage_bytes(input, true);
   const int64_t padded = byte_count(mine.buffer);
   Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
@@ -180,8 +195,8 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::_allgather_base(at::Tensor&
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "gradmesh: _allgather_base mixes dtypes");
   TORCH_CHECK(output.numel() == input.numel() * size_, "gradmesh: _allgather_base needs an output of ",
               input.numel() * size_, " elements (", size_, " x ", input.numel(), "), got ", output.numel());
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::_ALLGATHER_BASE,
-                                                                 std::vector<at::Tensor>{output}));
+  auto done = start(OpType::_ALLGATHER_BASE,
+                                                                 std::vector<at::Tensor>{output});
   Staged mine = stage_bytes(input, true);
   const int64_t padded = byte_count(mine.buffer);
   if (padded == byte_count(input)) {  // no padding: ranks' bytes lie back to back, as in `output`
@@ -215,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::gather(TensorLists& outputs
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "gradmesh: gather takes output tensors only on its root");
   }
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::GATHER, targets));
+  auto done = start(OpType::GATHER, targets);
   Staged mine = stage_bytes(input, true);
   const int64_t padded = byte_count(mine.buffer);
   Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
@@ -234,7 +249,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::scatter(Tensors& outputs, T
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: scatter root ", opts.rootRank,
               " outside a group of ", size_);
   const int root = static_cast<int>(opts.rootRank);
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::SCATTER, outputs));
+  auto done = start(OpType::SCATTER, outputs);
   const auto options = with_timeout<comm::CollectiveOptions>(opts.timeout);
   if (rank_ == root) {
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "gradmesh: scatter's root needs ",
@@ -263,7 +278,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_scatter_flat(const a
               dtype_label(input.scalar_type()), " and ", dtype_label(output.scalar_type()));
   TORCH_CHECK(input.numel() == output.numel() * size_, "gradmesh: reduce_scatter needs an input of ",
               output.numel() * size_, " elements (", size_, " x ", output.numel(), "), got ", input.numel());
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::vector<at::Tensor>{output}));
+  auto done = start(type, std::vector<at::Tensor>{output});
   const std::optional<comm::ReduceOp> native = native_op(op);
   if (native && native_dtype(input.scalar_type())) {
     Staged in = stage_native(input, true);
@@ -320,7 +335,7 @@ struct GradmeshProcessGroup::Exchange {
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::exchange(Exchange& chunks, std::chrono::milliseconds timeout,
                                                               OpType type, std::vector<at::Tensor> outputs) {
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::move(outputs)));
+  auto done = start(type, std::move(outputs));
   const auto options = with_timeout<comm::CollectiveOptions>(timeout);
   std::vector<Staged> received;
   for (int step = 0; step < size_; ++step) {
@@ -416,7 +431,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::alltoall(Tensors& outputs, 
 }
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::barrier(const c10d::BarrierOptions& opts) {
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::BARRIER, std::vector<at::Tensor>{}));
+  auto done = start(OpType::BARRIER, std::vector<at::Tensor>{});
   done->track(group_->barrier(with_timeout<comm::CollectiveOptions>(opts.timeout)));
   return done->seal();
 }
@@ -425,7 +440,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::send(Tensors& tensors, int 
   const at::Tensor& tensor = single(tensors, "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "gradmesh: send to rank ", dst, " from rank ", rank_,
               " of a group of ", size_);
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::SEND, tensors));
+  auto done = start(OpType::SEND, tensors);
   done->track(messages_->send(done->lend_bytes(stage_bytes(tensor, true)), dst, tag));
   return done->seal();
 }
@@ -434,7 +449,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::recv(Tensors& tensors, int 
   const at::Tensor& tensor = single(tensors, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "gradmesh: recv from rank ", src, " on rank ", rank_,
               " of a group of ", size_);
-  auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, OpType::RECV, tensors));
+  auto done = start(OpType::RECV, tensors);
   Staged staged = stage_bytes(tensor, false);
   done->track(messages_->recv(done->lend_bytes(staged), src, tag));
   if (staged.copied) done->then([staged] { staged.copy_back(); });

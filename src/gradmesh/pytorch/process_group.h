@@ -40,6 +40,8 @@
 
 namespace gradmesh::pytorch {
 
+class Completion;
+
 class GradmeshProcessGroup final : public c10d::ProcessGroup {
  public:
   // `group` has this rank and size; `messages` carries send and recv (may be
@@ -91,6 +93,7 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
 
  private:
   struct Exchange;  // one all-to-all's chunks
+  std::shared_ptr<Completion> start(c10d::OpType type, std::vector<at::Tensor> outputs);
   c10::intrusive_ptr<c10d::Work> reduce_in_place(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op,
                                                  std::chrono::milliseconds timeout, c10d::OpType type);
   c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(const at::Tensor& output, const at::Tensor& input,
@@ -101,6 +104,7 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
 
   std::shared_ptr<comm::ProcessGroup> group_, messages_;
   std::vector<int> world_ranks_;
+  std::string failure_note_;  // appended to a subgroup's errors
 };
 
 }  // namespace gradmesh::pytorch
