@@ -225,6 +225,53 @@ def test_bf16_tensors_cross_the_wire_in_16_bits():
         assert 0.45 < ratio < 0.55, f"{transport}: bfloat16 sent {ratio:.3f} of float32's bytes"
 
 
+def what_scripts_pass(rank, size, gloo):
+    """Inputs from ordinary scripts that a backend must take as Gloo takes them."""
+    # Pickled objects travel as uint8 tensors of any length (odd ones too).
+    objects = ["abcd", {"rank": 0}] if rank == 0 else [None, None]
+    dist.broadcast_object_list(objects, src=0)
+    assert objects == ["abcd", {"rank": 0}], objects
+    gathered = [None] * size
+    dist.all_gather_object(gathered, "x" * (rank + 1))
+    assert gathered == ["x" * (r + 1) for r in range(size)], gathered
+    got = [None]
+    dist.scatter_object_list(got, [f"to {r}" for r in range(size)] if rank == 0 else None, src=0)
+    assert got == [f"to {rank}"], got
+    # Empty tensors, on the native and the gathered path.
+    for dtype in (torch.float32, torch.int64):
+        empty = torch.empty(0, dtype=dtype)
+        dist.all_reduce(empty)
+        dist.all_reduce(empty, op=dist.ReduceOp.PRODUCT)
+    # Tensors made in inference mode, contiguous or not.
+    with torch.inference_mode():
+        a = torch.ones(5, dtype=torch.int64)
+        dist.all_reduce(a)
+        b = torch.ones(4, 4).t()
+        dist.all_reduce(b)
+        assert a[0].item() == size and b[0, 0].item() == size
+    # Tensors with autograd history: written as raw memory, as Gloo writes them.
+    results = []
+    for group in (None, gloo):
+        x = torch.ones(4, dtype=torch.float64, requires_grad=True)
+        y = x * 2
+        dist.all_reduce(y, group=group)
+        y.sum().backward()
+        leaf = torch.ones(4, 4, dtype=torch.float64, requires_grad=True)
+        dist.broadcast(leaf.t(), src=0, group=group)
+        results.append((y.detach().clone(), x.grad.clone()))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1]), results
+    # reduce_scatter_tensor into a slice of its own input.
+    x = make(rank, 8 * size, torch.float32)
+    want = gloo_allreduce(x, dist.ReduceOp.SUM, size, gloo)[rank * 8:(rank + 1) * 8]
+    dist.reduce_scatter_tensor(x[rank * 8:(rank + 1) * 8], x)
+    assert_close(x[rank * 8:(rank + 1) * 8], want, torch.float32, "reduce_scatter_tensor in place", size)
+    return True
+
+
+def test_what_scripts_pass_works_as_on_gloo():
+    harness.run(what_scripts_pass, 2)
+
+
 def subgroups(rank, size, gloo):
     import gradmesh.torch as gt
     evens = dist.new_group([0, 2])

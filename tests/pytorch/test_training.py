@@ -67,6 +67,23 @@ def test_ddp_weights_equal_gloo_on_3_ranks():
     compare(3)
 
 
+def powersgd(rank, size, gloo):
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    net = nn.parallel.DistributedDataParallel(model())
+    # Its hook waits, inside a future's callback, for another all-reduce.
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=3)
+    net.register_comm_hook(state, powersgd.powerSGD_hook)
+    train(net, rank)
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def test_torchs_powersgd_hook_equals_gloo():
+    mesh = harness.run(powersgd, 2)
+    gloo = harness.run(powersgd, 2, backend="gloo")
+    for i, (a, b) in enumerate(zip(mesh[0], gloo[0])):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"parameter {i}: {(a - b).abs().max().item()}"
+
+
 def test_ddp_with_the_bf16_hook_tracks_float32():
     full = harness.run(ddp, 2, False)
     half = harness.run(ddp, 2, True)

@@ -18,11 +18,12 @@ __all__ = ["Options", "bf16_gradient_hook", "is_broken", "traffic", "transport"]
 class Options:
     """Per-group options: init_process_group("gradmesh", pg_options=Options(check=True)).
 
-    check: every collective first compares a fingerprint (operation, sizes,
-    dtype) across the ranks, so a rank that calls a different collective, or
-    the same one with other sizes, fails every rank with an error naming it,
-    instead of hanging or mixing data. GRADMESH_COMM_CHECK=1 turns it on for
-    every group.
+    check: every collective first compares a fingerprint (operation, element
+    count, dtype as it travels) across the ranks, so a rank that calls a
+    different collective, or the same one with other sizes, fails every rank
+    with an error naming it, instead of hanging or mixing data. Messages
+    (send, recv, scatter, all-to-all) are not checked. GRADMESH_COMM_CHECK=1
+    turns it on for every group.
     """
 
     def __init__(self, check=False):

@@ -5,10 +5,19 @@
 // and may have work left after they finish (copying into non-contiguous
 // outputs, reducing gathered values). A Completion counts the gradmesh
 // operations it tracks; when the last one finishes it runs that remaining
-// work, then finishes the torch Work and its future, with the first error
-// if any part failed. All of that runs on the thread that finished the last
-// part: the group's communication thread, or the caller's for an operation
-// that ran inline.
+// work, then finishes the torch Work, with the first error if any part
+// failed, on the thread that finished the last part (the group's
+// communication thread, or a message's waiter).
+//
+// The future is another matter: its callbacks are the script's (DDP's
+// hooks), and one may issue a collective on the same group and wait for it,
+// as torch's PowerSGD hook does. Run on the communication thread, that
+// callback would wait for an operation queued behind itself. So a future
+// that exists when the work finishes is completed on a completion thread
+// (a pool that grows while all its threads are busy, so nested waits never
+// starve it), and the Work finishes after its future, as on Gloo. A future
+// asked for after the work finished is made complete at once, and a work
+// nobody asked the future of (a plain all_reduce) costs no hand-off.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,13 +41,18 @@ class GradmeshWork final : public c10d::Work {
   GradmeshWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
 
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   // Finishes this work and its future (once).
   void complete(std::exception_ptr error);
 
  private:
+  void complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future) const;
+
   std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made on first request
+  bool finishing_ = false;
+  std::exception_ptr failure_;  // set before finishing_
 };
 
 class Completion : public std::enable_shared_from_this<Completion> {

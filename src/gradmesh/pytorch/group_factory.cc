@@ -36,8 +36,13 @@ Placement place(comm::Store& store, int rank, int size, comm::Millis timeout) {
   p.local_size = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
   p.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + rank, mine));
   p.one_host = p.local_size == size;
-  for (int r = 0; r < size; ++r)
-    if (size % p.local_size != 0 || hosts[r] != hosts[r - r % p.local_size]) p.host_major = false;
+  // From the whole list, which every rank sees alike, so all choose alike:
+  // every host holds local_size consecutive ranks.
+  for (int r = 0; r < size; ++r) {
+    const auto on_host = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[r]));
+    if (on_host != p.local_size || size % p.local_size != 0 || hosts[r] != hosts[r - r % p.local_size])
+      p.host_major = false;
+  }
   return p;
 }
 

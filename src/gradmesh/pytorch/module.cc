@@ -51,7 +51,7 @@ PYBIND11_MODULE(_C, m) {
       "transport", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { return gradmesh_group(group).group().backend(); },
       "The gradmesh backend under a gradmesh process group: shm, gloo or hier.");
   m.def(
-      "is_broken", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { return gradmesh_group(group).group().broken(); },
+      "is_broken", [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) { return gradmesh_group(group).broken(); },
       "True once an operation of the group failed (every later one fails at once).");
   m.def(
       "traffic",

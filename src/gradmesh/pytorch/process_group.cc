@@ -61,6 +61,7 @@ void copy_bytes_into(const uint8_t* src, const at::Tensor& dst) {
 
 // Each rank's `bytes` bytes, from an all-gather of chunks `padded` bytes apart, as [ranks, ...] of `type`.
 at::Tensor gathered_rows(const at::Tensor& flat, int ranks, int64_t padded, int64_t bytes, at::ScalarType type) {
+  if (bytes == 0) return at::empty({ranks, 0}, flat.options().dtype(type));
   at::Tensor rows = flat.view({ranks, padded}).narrow(1, 0, bytes).contiguous();
   return rows.view(type);
 }
@@ -93,6 +94,8 @@ GradmeshProcessGroup::GradmeshProcessGroup(std::shared_ptr<comm::ProcessGroup> g
 namespace {
 std::atomic<GradmeshProcessGroup::UnlockedRunner> unlocked_runner{nullptr};
 }  // namespace
+
+bool GradmeshProcessGroup::broken() const { return group_->broken() || messages_->broken(); }
 
 void GradmeshProcessGroup::set_unlocked_runner(UnlockedRunner runner) { unlocked_runner.store(runner); }
 
@@ -254,9 +257,13 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::scatter(Tensors& outputs, T
   if (rank_ == root) {
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "gradmesh: scatter's root needs ",
                 size_, " input tensors");
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size_; ++r) {  // every part checked before any is sent
+      check_cpu_dense(inputs[0][r], "scatter");
       check_same(inputs[0][r], output, "scatter");
+    }
+    for (int r = 0; r < size_; ++r) {
       if (r == rank_) {
+        RawWrites raw;
         output.copy_(inputs[0][r]);
         continue;
       }
@@ -282,7 +289,8 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_scatter_flat(const a
   const std::optional<comm::ReduceOp> native = native_op(op);
   if (native && native_dtype(input.scalar_type())) {
     Staged in = stage_native(input, true);
-    Staged out = stage_native(output, false);
+    // An output inside the input (reduce_scatter_tensor in place) gets a buffer of its own.
+    Staged out = stage_native(output, false, output.is_alias_of(input));
     auto options = with_timeout<comm::AllreduceOptions>(timeout);
     options.op = *native;
     done->track(group_->reduce_scatter(done->lend_native(in), done->lend_native(out), options));
@@ -337,13 +345,17 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::exchange(Exchange& chunks, 
                                                               OpType type, std::vector<at::Tensor> outputs) {
   auto done = start(type, std::move(outputs));
   const auto options = with_timeout<comm::CollectiveOptions>(timeout);
+  // This rank's own part first: a mismatch fails here, before any message is posted.
+  TORCH_CHECK(chunks.to[rank_].sizes() == chunks.from[rank_].sizes(), "gradmesh: all_to_all sends rank ", rank_,
+              " (itself) ", chunks.to[rank_].sizes(), " but expects ", chunks.from[rank_].sizes(), " from it");
+  {
+    RawWrites raw;
+    chunks.from[rank_].copy_(chunks.to[rank_]);
+  }
   std::vector<Staged> received;
   for (int step = 0; step < size_; ++step) {
     const int peer = ((step - rank_) % size_ + size_) % size_;
-    if (peer == rank_) {
-      chunks.from[peer].copy_(chunks.to[peer]);
-      continue;
-    }
+    if (peer == rank_) continue;
     auto send = [&] {
       if (chunks.to[peer].numel() == 0) return;
       done->track(messages_->send(done->lend_bytes(stage_bytes(chunks.to[peer], true)), peer, kAllToAllTag, options));

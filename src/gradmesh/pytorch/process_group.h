@@ -63,6 +63,8 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
   // The gradmesh group underneath, and the backend it runs ("shm", ...).
   comm::ProcessGroup& group() { return *group_; }
   const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // True once an operation of the group or of its messages failed.
+  bool broken() const;
 
   using Tensors = std::vector<at::Tensor>;
   using TensorLists = std::vector<std::vector<at::Tensor>>;

@@ -12,32 +12,39 @@ std::optional<DType> native_dtype(at::ScalarType type) {
 
 void Staged::copy_back() const {
   if (!copied) return;
-  if (buffer.scalar_type() == user.scalar_type()) {
+  RawWrites raw;
+  if (!as_bytes) {
     user.copy_(buffer.view(user.sizes()));
     return;
   }
   // A byte buffer: its first nbytes bytes are the tensor's contents.
+  if (user.is_contiguous()) {
+    std::memcpy(user.data_ptr(), buffer.data_ptr(), user.nbytes());
+    return;
+  }
   at::Tensor contiguous = at::empty(user.sizes(), user.options().memory_format(at::MemoryFormat::Contiguous));
   std::memcpy(contiguous.data_ptr(), buffer.data_ptr(), contiguous.nbytes());
   user.copy_(contiguous);
 }
 
-Staged stage_native(const at::Tensor& user, bool copy_in) {
-  if (user.is_contiguous()) return {user, user, false};
-  at::Tensor buffer = copy_in ? user.contiguous() : at::empty(user.sizes(), user.options());
-  return {user, buffer, true};
+Staged stage_native(const at::Tensor& user, bool copy_in, bool fresh) {
+  if (user.is_contiguous() && !fresh) return {user, user, false, false};
+  RawWrites raw;
+  at::Tensor buffer = at::empty(user.sizes(), user.options().memory_format(at::MemoryFormat::Contiguous));
+  if (copy_in) buffer.copy_(user);
+  return {user, buffer, true, false};
 }
 
 Staged stage_bytes(const at::Tensor& user, bool copy_in) {
   const size_t bytes = user.numel() * user.element_size();
-  if (user.is_contiguous() && bytes % 2 == 0) return {user, user, false};
+  if (user.is_contiguous() && bytes % 2 == 0) return {user, user, false, true};
   at::Tensor buffer = at::empty({static_cast<int64_t>(bytes + bytes % 2)}, user.options().dtype(at::kByte));
   if (copy_in) {
     at::Tensor contiguous = user.contiguous();
     std::memcpy(buffer.data_ptr(), contiguous.data_ptr(), bytes);
   }
   if (bytes % 2 != 0) static_cast<uint8_t*>(buffer.data_ptr())[bytes] = 0;
-  return {user, buffer, true};
+  return {user, buffer, true, true};
 }
 
 Tensor lend_native(const Staged& staged) {

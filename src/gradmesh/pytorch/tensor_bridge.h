@@ -29,12 +29,14 @@ struct Staged {
   at::Tensor user;    // what the caller passed
   at::Tensor buffer;  // contiguous; `user` itself when it needed no copy
   bool copied = false;
+  bool as_bytes = false;  // `buffer` holds user's bytes (and maybe a padding byte)
   // Writes the buffer's contents into `user` (a no-op when not copied).
   void copy_back() const;
 };
 
-// In `user`'s dtype (native reductions): a contiguous copy only if needed.
-Staged stage_native(const at::Tensor& user, bool copy_in);
+// In `user`'s dtype (native reductions): a contiguous copy only if needed,
+// or always (`fresh`: an output that overlaps the operation's input).
+Staged stage_native(const at::Tensor& user, bool copy_in, bool fresh = false);
 // As bytes: a uint8 buffer of an even size (a padding byte where needed).
 Staged stage_bytes(const at::Tensor& user, bool copy_in);
 
@@ -52,6 +54,11 @@ at::Tensor reduce_gathered(const at::Tensor& gathered, c10d::ReduceOp::RedOpType
 std::string dtype_label(at::ScalarType type);
 // "sum", "avg", ...
 std::string reduce_op_label(c10d::ReduceOp::RedOpType op);
+
+// Writes into tensors the caller passed as a backend does: below autograd, so
+// a tensor that requires grad, has a history or was made in inference mode
+// is written as Gloo writes it (raw memory), with no history recorded.
+using RawWrites = at::AutoDispatchBelowADInplaceOrView;
 
 // Throws a c10::Error naming `operation` unless `t` is a dense CPU tensor.
 void check_cpu_dense(const at::Tensor& t, const char* operation);
