@@ -66,6 +66,12 @@ at::Tensor gathered_rows(const at::Tensor& flat, int ranks, int64_t padded, int6
   return rows.view(type);
 }
 
+// Rank r's chunk of an all-gather's bytes into targets[r].
+void copy_out(const Staged& all, int64_t padded, const std::vector<at::Tensor>& targets) {
+  const uint8_t* base = static_cast<const uint8_t*>(all.buffer.data_ptr());
+  for (size_t r = 0; r < targets.size(); ++r) copy_bytes_into(base + r * padded, targets[r]);
+}
+
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* operation) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "gradmesh: ", operation, " mixes ", dtype_label(a.scalar_type()),
               " and ", dtype_label(b.scalar_type()));
@@ -99,6 +105,15 @@ bool GradmeshProcessGroup::broken() const { return group_->broken() || messages_
 
 void GradmeshProcessGroup::set_unlocked_runner(UnlockedRunner runner) { unlocked_runner.store(runner); }
 
+GradmeshProcessGroup::GatheredBytes GradmeshProcessGroup::gather_bytes(Completion& done, const at::Tensor& input,
+                                                                       std::chrono::milliseconds timeout) {
+  Staged mine = stage_bytes(input, true);
+  const int64_t padded = byte_count(mine.buffer);
+  Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
+  done.track(group_->allgather(done.lend_bytes(mine), done.lend_bytes(all), with_timeout<comm::CollectiveOptions>(timeout)));
+  return {all, padded};
+}
+
 std::shared_ptr<Completion> GradmeshProcessGroup::start(OpType type, std::vector<at::Tensor> outputs) {
   auto done = Completion::make(c10::make_intrusive<GradmeshWork>(rank_, type, std::move(outputs)));
   done->note_on_failure(failure_note_);
@@ -130,11 +145,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_in_place(const at::T
   }
   // Fails here, on the caller's thread, for an op the dtype does not have.
   reduce_gathered(at::empty({1, 0}, tensor.options()), op);
-  Staged mine = stage_bytes(tensor, true);
-  const int64_t padded = byte_count(mine.buffer);
-  Staged all = stage_bytes(at::empty({size_ * padded}, tensor.options().dtype(at::kByte)), false);
-  done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
-                                with_timeout<comm::CollectiveOptions>(timeout)));
+  const auto [all, padded] = gather_bytes(*done, tensor, timeout);
   done->then([all, tensor, op, ranks = size_, padded] {
     at::Tensor rows = gathered_rows(all.buffer, ranks, padded, byte_count(tensor), tensor.scalar_type());
     tensor.copy_(reduce_gathered(rows, op).view(tensor.sizes()));
@@ -179,15 +190,8 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::allgather(TensorLists& outp
     check_same(target, input, "allgather");
   }
   auto done = start(OpType::ALLGATHER, targets);
-  Staged mine = stage_bytes(input, true);
-  const int64_t padded = byte_count(mine.buffer);
-  Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
-  done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
-                                with_timeout<comm::CollectiveOptions>(opts.timeout)));
-  done->then([all, targets, padded] {
-    const uint8_t* base = static_cast<const uint8_t*>(all.buffer.data_ptr());
-    for (size_t r = 0; r < targets.size(); ++r) copy_bytes_into(base + r * padded, targets[r]);
-  });
+  const auto [all, padded] = gather_bytes(*done, input, opts.timeout);
+  done->then([all, targets, padded] { copy_out(all, padded, targets); });
   return done->seal();
 }
 
@@ -234,15 +238,8 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::gather(TensorLists& outputs
                 "gradmesh: gather takes output tensors only on its root");
   }
   auto done = start(OpType::GATHER, targets);
-  Staged mine = stage_bytes(input, true);
-  const int64_t padded = byte_count(mine.buffer);
-  Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
-  done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
-                                with_timeout<comm::CollectiveOptions>(opts.timeout)));
-  done->then([all, targets, padded] {
-    const uint8_t* base = static_cast<const uint8_t*>(all.buffer.data_ptr());
-    for (size_t r = 0; r < targets.size(); ++r) copy_bytes_into(base + r * padded, targets[r]);
-  });
+  const auto [all, padded] = gather_bytes(*done, input, opts.timeout);
+  done->then([all, targets, padded] { copy_out(all, padded, targets); });
   return done->seal();
 }
 
@@ -301,11 +298,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce_scatter_flat(const a
     return done->seal();
   }
   reduce_gathered(at::empty({1, 0}, input.options()), op);
-  Staged mine = stage_bytes(input, true);
-  const int64_t padded = byte_count(mine.buffer);
-  Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
-  done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
-                                with_timeout<comm::CollectiveOptions>(timeout)));
+  const auto [all, padded] = gather_bytes(*done, input, timeout);
   done->then([all, output, op, padded, ranks = size_, rank = rank_, bytes = byte_count(input), also_then] {
     at::Tensor rows = gathered_rows(all.buffer, ranks, padded, bytes, output.scalar_type());
     at::Tensor slices = rows.narrow(1, rank * output.numel(), output.numel());

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "gradmesh/comm/process_group.h"
+#include "gradmesh/pytorch/tensor_bridge.h"
 
 namespace gradmesh::pytorch {
 
@@ -96,6 +97,13 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
  private:
   struct Exchange;  // one all-to-all's chunks
   std::shared_ptr<Completion> start(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // All-gathers `input`'s bytes (tracked by `done`) into a fresh buffer:
+  // rank r's bytes at r * padded (padded: its byte count, rounded up to even).
+  struct GatheredBytes {
+    Staged all;
+    int64_t padded;
+  };
+  GatheredBytes gather_bytes(Completion& done, const at::Tensor& input, std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Work> reduce_in_place(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op,
                                                  std::chrono::milliseconds timeout, c10d::OpType type);
   c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(const at::Tensor& output, const at::Tensor& input,
