@@ -72,6 +72,10 @@ void copy_out(const Staged& all, int64_t padded, const std::vector<at::Tensor>& 
   for (size_t r = 0; r < targets.size(); ++r) copy_bytes_into(base + r * padded, targets[r]);
 }
 
+void check_root(int64_t root, int ranks, const char* operation) {
+  TORCH_CHECK(root >= 0 && root < ranks, "gradmesh: ", operation, " root ", root, " outside a group of ", ranks);
+}
+
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* operation) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "gradmesh: ", operation, " mixes ", dtype_label(a.scalar_type()),
               " and ", dtype_label(b.scalar_type()));
@@ -160,15 +164,13 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::allreduce(Tensors& tensors,
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   const at::Tensor& tensor = single(tensors, "reduce");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: reduce root ", opts.rootRank,
-              " outside a group of ", size_);
+  check_root(opts.rootRank, size_, "reduce");
   return reduce_in_place(tensor, opts.reduceOp, opts.timeout, OpType::REDUCE);
 }
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
   const at::Tensor& tensor = single(tensors, "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: broadcast root ", opts.rootRank,
-              " outside a group of ", size_);
+  check_root(opts.rootRank, size_, "broadcast");
   auto done = start(OpType::BROADCAST, tensors);
   Staged staged = stage_bytes(tensor, true);
   auto options = with_timeout<comm::BroadcastOptions>(opts.timeout);
@@ -202,20 +204,16 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::_allgather_base(at::Tensor&
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "gradmesh: _allgather_base mixes dtypes");
   TORCH_CHECK(output.numel() == input.numel() * size_, "gradmesh: _allgather_base needs an output of ",
               input.numel() * size_, " elements (", size_, " x ", input.numel(), "), got ", output.numel());
-  auto done = start(OpType::_ALLGATHER_BASE,
-                                                                 std::vector<at::Tensor>{output});
-  Staged mine = stage_bytes(input, true);
-  const int64_t padded = byte_count(mine.buffer);
-  if (padded == byte_count(input)) {  // no padding: ranks' bytes lie back to back, as in `output`
+  auto done = start(OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output});
+  if (byte_count(input) % 2 == 0) {  // no padding: ranks' bytes lie back to back, as in `output`
+    Staged mine = stage_bytes(input, true);
     Staged all = stage_bytes(output, false);
     done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
                                   with_timeout<comm::CollectiveOptions>(opts.timeout)));
     if (all.copied) done->then([all] { all.copy_back(); });
     return done->seal();
   }
-  Staged all = stage_bytes(at::empty({size_ * padded}, input.options().dtype(at::kByte)), false);
-  done->track(group_->allgather(done->lend_bytes(mine), done->lend_bytes(all),
-                                with_timeout<comm::CollectiveOptions>(opts.timeout)));
+  const auto [all, padded] = gather_bytes(*done, input, opts.timeout);
   done->then([all, output, padded, ranks = size_, bytes = byte_count(input)] {
     output.copy_(gathered_rows(all.buffer, ranks, padded, bytes, output.scalar_type()).view(output.sizes()));
   });
@@ -225,8 +223,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::_allgather_base(at::Tensor&
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::gather(TensorLists& outputs, Tensors& inputs,
                                                             const c10d::GatherOptions& opts) {
   const at::Tensor& input = single(inputs, "gather");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: gather root ", opts.rootRank,
-              " outside a group of ", size_);
+  check_root(opts.rootRank, size_, "gather");
   std::vector<at::Tensor> targets;
   if (rank_ == opts.rootRank) {
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "gradmesh: gather's root needs ",
@@ -246,8 +243,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::gather(TensorLists& outputs
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::scatter(Tensors& outputs, TensorLists& inputs,
                                                              const c10d::ScatterOptions& opts) {
   const at::Tensor& output = single(outputs, "scatter");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradmesh: scatter root ", opts.rootRank,
-              " outside a group of ", size_);
+  check_root(opts.rootRank, size_, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   auto done = start(OpType::SCATTER, outputs);
   const auto options = with_timeout<comm::CollectiveOptions>(opts.timeout);
@@ -436,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::alltoall(Tensors& outputs, 
 }
 
 c10::intrusive_ptr<c10d::Work> GradmeshProcessGroup::barrier(const c10d::BarrierOptions& opts) {
-  auto done = start(OpType::BARRIER, std::vector<at::Tensor>{});
+  auto done = start(OpType::BARRIER, {});
   done->track(group_->barrier(with_timeout<comm::CollectiveOptions>(opts.timeout)));
   return done->seal();
 }

@@ -63,7 +63,6 @@ class GradmeshProcessGroup final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "gradmesh"; }
   // The gradmesh group underneath, and the backend it runs ("shm", ...).
   comm::ProcessGroup& group() { return *group_; }
-  const std::vector<int>& world_ranks() const { return world_ranks_; }
   // True once an operation of the group or of its messages failed.
   bool broken() const;
 
