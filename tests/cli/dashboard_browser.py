@@ -4,13 +4,18 @@ Selenium, loads the page `gradmesh launch` prints while a 2-worker run trains,
 and checks that the charts render, the heatmap has a cell per rank and
 phase, the cost shows and the step count advances; then kills a worker and
 checks that the failure and the restart reach the timeline while the run
-goes on. Saves a screenshot.
+goes on; then that the end of the run reaches the page: the last step and
+accuracy of metrics.jsonl, the final cost, "finished", and a stream that
+ended cleanly. Saves a screenshot of the finished page.
 
 usage: dashboard_browser.py GRADMESH SOURCE_DIR WORKDIR SCREENSHOT
        dashboard_browser.py --wide SOURCE_DIR SCREENSHOT
+       dashboard_browser.py --keys PAGE.html SCREENSHOT
 --wide: the page (the same file gradmesh compiles in) fed a 256-rank run with
 one slow rank, from a small event server here: the heatmap keeps to 32 rows
 of 8 ranks and the slow rank's group stands out.
+--keys: a report or comparison page: under the page's own stylesheet, every
+legend entry is drawn in its series' colour, above every point.
 Exit 77 (skipped) when Chromium, chromedriver or python3-selenium is missing.
 """
 import http.server
@@ -61,6 +66,8 @@ def main():
         return SKIP
     if sys.argv[1] == "--wide":
         return wide(*sys.argv[2:4])
+    if sys.argv[1] == "--keys":
+        return keys(*sys.argv[2:4])
     gradmesh, source, workdir, screenshot = sys.argv[1:5]
     from selenium.webdriver.common.by import By
 
@@ -120,15 +127,65 @@ def main():
                  "the failure is on the timeline")
         resumed = step()
         wait_for(lambda: step() > resumed + 10 and step(), 60, "the restarted run trains on")
+        code = launcher.wait(120)
+        check(code == 0, f"the run ended with status 0 (got {code})")
+        check_the_end(driver, os.path.join(workdir, "runs/browser/metrics.jsonl"))
         driver.save_screenshot(screenshot)
         print(f"screenshot: {screenshot}")
         problems = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        check(not problems, f"no errors in the browser's console {problems}")
+        check(not problems, f"no errors in the browser's console (a stream cut short is one) {problems}")
     finally:
         if driver:
             driver.quit()
-        code = launcher.wait(120)
-    check(code == 0, f"the run ended with status 0 (got {code})")
+        if launcher.poll() is None:
+            launcher.kill()
+    return 0
+
+
+def check_the_end(driver, metrics):
+    """The launcher has returned: the page shows the run's last word."""
+    from selenium.webdriver.common.by import By
+    lines = [json.loads(line) for line in open(metrics)]
+    last_step = [d for d in lines if d["type"] == "step"][-1]["step"]
+    summary = [d for d in lines if d["type"] == "summary"][-1]
+    epochs = len({d["epoch"] for d in lines if d["type"] == "epoch"})
+    text = lambda id: driver.find_element(By.ID, id).text.strip()
+    wait_for(lambda: text("connection") == "finished", 10, "the badge says finished, not reconnecting")
+    check(text("phase") == "finished", f"the phase is finished ({text('phase')})")
+    check(text("step") == str(last_step), f"the last step of the file is shown ({text('step')} of {last_step})")
+    accuracy = f"{summary['test_accuracy'] * 100:.1f}%"
+    check(text("accuracy") == accuracy, f"the final test accuracy is shown ({text('accuracy')}, {accuracy})")
+    check(re.fullmatch(r"(< )?\$\d+\.\d\d", text("cost-so-far")) is not None, f"the final cost is shown ({text('cost-so-far')})")
+    dots = len(driver.find_elements(By.CSS_SELECTOR, "#chart-accuracy svg > circle"))  # not a redone epoch's
+    check(dots == epochs, f"the accuracy chart has a dot per epoch, the last one too ({dots} of {epochs})")
+    time.sleep(4)  # longer than EventSource's retry: an ended page must not reconnect
+    check(text("connection") == "finished", "the page stays finished")
+
+
+def keys(page, screenshot):
+    """Legend colours against series colours, as the browser computes them."""
+    driver = open_browser()
+    try:
+        driver.get("file://" + os.path.abspath(page))
+        charts = driver.execute_script("""
+            return [...document.querySelectorAll('div.chart.line svg')].map((svg) => {
+              const keys = [...svg.querySelectorAll('g.key:not(.note) text')].map((t) => getComputedStyle(t).fill);
+              const lines = [...svg.querySelectorAll('polyline.series')].map((l) => getComputedStyle(l).stroke);
+              const keyBottom = Math.max(...[...svg.querySelectorAll('g.key')].map((k) => k.getBBox().y + k.getBBox().height));
+              const top = Math.min(...[...svg.querySelectorAll('polyline.series, circle')].filter((c) => !c.closest('g.key'))
+                .map((c) => c.getBBox().y));
+              return { title: svg.querySelector('title') ? svg.querySelector('title').textContent : '', keys, lines, keyBottom, top };
+            });""")
+        check(len(charts) >= 4, f"the page draws its line charts ({len(charts)})")
+        for c in charts:
+            check(c["keys"] and c["keys"] == c["lines"], f"{c['title']}: the keys' colours are the lines' ({c['keys']}, {c['lines']})")
+            check(len(set(c["keys"])) == len(c["keys"]), f"{c['title']}: each series its own colour")
+            check(c["keyBottom"] <= c["top"], f"{c['title']}: the key ({c['keyBottom']:.0f}) is above every point ({c['top']:.0f})")
+        driver.save_screenshot(screenshot)
+        problems = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        check(not problems, f"no errors in the browser's console {problems}")
+    finally:
+        driver.quit()
     return 0
 
 

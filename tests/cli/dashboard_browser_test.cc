@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "cli/run_command.h"
 #include "support/temp_dir.h"
@@ -37,6 +39,34 @@ TEST(DashboardBrowser, TwoHundredFiftySixRanksAreGroupedAndTheStragglerStandsOut
                                     dir.path());
   if (r.exit_code == 77) GTEST_SKIP() << r.out;
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
+// Two real runs' comparison page (and one run's report) in the browser:
+// each key in its series' colour under the page's own stylesheet, and above
+// the data. Screenshots: compare-screenshot.png, report-screenshot.png.
+TEST(DashboardBrowser, ReportKeysAreDrawnInTheirSeriesColoursAboveTheData) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "Debian's python3 is not installed";
+  TempDir dir;
+  for (const char* run : {"a", "b"}) {
+    const CommandResult r = run_gradmesh(std::string("train " GRADMESH_SOURCE_DIR "/examples/mlp.toml --set output.dir=runs "
+                                                     "--set output.run_id=") + run +
+                                             " --set train.threads=1 --set data.limit_train=3200 --set data.limit_test=200 "
+                                             "--set train.log_every=5 --set output.trace_steps=0" +
+                                             (run[0] == 'b' ? " --set train.epochs=2" : ""),
+                                         dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  ASSERT_EQ(run_gradmesh("report runs/a runs/b -o compare.html", dir.path()).exit_code, 0);
+  for (const auto& [page, shot] : {std::pair{dir.file("compare.html"), "compare-screenshot.png"},
+                                   std::pair{dir.file("runs/b/report.html"), "report-screenshot.png"}}) {
+    const std::string screenshot = (std::filesystem::current_path() / shot).string();
+    const CommandResult r = run_shell("/usr/bin/python3 '" GRADMESH_SOURCE_DIR "/tests/cli/dashboard_browser.py' --keys '" +
+                                          page + "' '" + screenshot + "'",
+                                      dir.path());
+    if (r.exit_code == 77) GTEST_SKIP() << r.out;
+    EXPECT_EQ(r.exit_code, 0) << page << "\n" << r.out << r.err;
+  }
 }
 
 }  // namespace

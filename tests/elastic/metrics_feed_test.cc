@@ -9,10 +9,13 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gradmesh/comm/file_store.h"
 #include "gradmesh/elastic/agent_http.h"
@@ -39,11 +42,11 @@ struct Dashboard {
   std::shared_ptr<MetricsFeed> feed;
   std::unique_ptr<AgentHttpServer> server;
 
-  explicit Dashboard(size_t thinning_step = size_t{32} << 20) {
+  explicit Dashboard(size_t thinning_step = size_t{32} << 20,
+                     std::chrono::milliseconds interval = std::chrono::milliseconds(20)) {
     status->rendezvous(0);
     status->running(0, 0, 1);
-    feed = std::make_shared<MetricsFeed>("file://" + dir.path() + "/store", "run1", status, std::chrono::milliseconds(20),
-                                         thinning_step);
+    feed = std::make_shared<MetricsFeed>("file://" + dir.path() + "/store", "run1", status, interval, thinning_step);
     AgentHttpOptions options;
     options.feed = feed;
     options.dashboard = true;
@@ -172,6 +175,91 @@ TEST(Dashboard, OnlyARegularFileNamedMetricsJsonlIsRead) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(d.get("/metrics").find("gradmesh_train_step"), std::string::npos);
   // And the feed still stops at once (its destructor joins the thread).
+}
+
+// The data of each `event: NAME` in a stream, in order.
+std::vector<std::string> stream_data(const std::string& stream, const std::string& name) {
+  std::vector<std::string> out;
+  const std::string head = "event: " + name + "\ndata: ";
+  for (size_t at = stream.find(head); at != std::string::npos; at = stream.find(head, at + 1)) {
+    const size_t from = at + head.size();
+    out.push_back(stream.substr(from, stream.find('\n', from) - from));
+  }
+  return out;
+}
+
+std::vector<std::string> file_lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// A page that is open when the run ends: its stream carries every line of
+// the file, then the launcher's `finished`, then `end`, and then ends as a
+// complete chunked response. The feed polls every 10 s here, so only the
+// last read can have seen what the run wrote just before it ended.
+TEST(Dashboard, APageOpenAtTheEndGetsEveryLineTheFinishedEventAndACleanEnd) {
+  for (const int lines : {1, 300, 40'000}) {  // 40,000 lines: more than one read's 4 MiB
+    SCOPED_TRACE(std::to_string(lines) + " lines");
+    Dashboard d(size_t{32} << 20, std::chrono::seconds(10));
+    std::string received;
+    bool connected = false;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::string outcome;  // "200", or why the stream failed
+    std::thread page([&] {
+      httplib::Client client("127.0.0.1", d.server->port());
+      client.set_read_timeout(std::chrono::seconds(20));
+      const httplib::Result r = client.Get("/events", [&](const char* data, size_t size) {
+        std::lock_guard<std::mutex> lock(mutex);
+        received.append(data, size);
+        connected = true;
+        cv.notify_all();
+        return true;
+      });
+      outcome = r ? std::to_string(r->status) : "cut: " + httplib::to_string(r.error());
+    });
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return connected; }));
+    }
+    // The run: its path published and its lines written, then its end, at once.
+    d.publish(d.metrics);
+    append_line(d.metrics, R"({"type":"run","run_id":"run1","model":"mlp","time":1.0})");
+    for (int step = 1; step < lines; ++step) append_line(d.metrics, step_line(step));
+    d.status->finished(0, "every worker exited with status 0");
+    EXPECT_TRUE(d.feed->finish(std::chrono::seconds(10)));
+    EXPECT_TRUE(d.server->finish_streams(std::chrono::seconds(10)));
+    page.join();
+    EXPECT_EQ(outcome, "200") << "the stream ends as a complete response";
+    EXPECT_EQ(stream_data(received, "metrics"), file_lines(d.metrics)) << "every line of the file, in order";
+    const std::vector<std::string> agent = stream_data(received, "agent");
+    ASSERT_FALSE(agent.empty());
+    EXPECT_NE(agent.back().find("\"kind\":\"finished\""), std::string::npos) << agent.back();
+    const size_t end = received.find("event: end\n");
+    ASSERT_NE(end, std::string::npos) << received.substr(received.size() - std::min<size_t>(received.size(), 500));
+    EXPECT_GT(end, received.rfind("\"kind\":\"finished\""));
+    EXPECT_EQ(received.find("event:", end + 1), std::string::npos) << "nothing after the end";
+  }
+}
+
+// A page that connects after the end gets the whole run and the end at once;
+// a feed that ended still answers /metrics.
+TEST(Dashboard, APageOpenedAfterTheEndGetsTheWholeRunAndTheEnd) {
+  Dashboard d;
+  append_line(d.metrics, step_line(7));
+  d.publish(d.metrics);
+  d.status->finished(0, "every worker exited with status 0");
+  ASSERT_TRUE(d.feed->finish(std::chrono::seconds(10)));
+  EXPECT_TRUE(d.feed->ended());
+  httplib::Client client("127.0.0.1", d.server->port());
+  client.set_read_timeout(std::chrono::seconds(10));
+  const httplib::Result r = client.Get("/events");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(stream_data(r->body, "metrics"), std::vector<std::string>{step_line(7)});
+  EXPECT_EQ(stream_data(r->body, "end"), std::vector<std::string>{"{\"events\":4}"}) << r->body;
+  EXPECT_NE(d.get("/metrics").find("gradmesh_train_step{run_id=\"run1\"} 7"), std::string::npos);
 }
 
 }  // namespace

@@ -64,12 +64,21 @@ check("the key sits outside the plot: above its top edge", () => {
   assert(keyBottom < plotTop, `key at y ${keyBottom}, the highest point at ${plotTop}`);
 });
 
-check("points of a generation that a later one redid are dropped", () => {
+check("points of a generation that a later one redid leave the line and are drawn as redone", () => {
   const redone = [[10, 5, 0], [20, 4, 0], [30, 3, 0], [40, 2, 0], [50, 1, 0], [30, 3.5, 1], [40, 3.2, 1], [50, 3.0, 1], [60, 2.8, 1]];
   const kept = [[10, 5], [20, 4], [30, 3.5], [40, 3.2], [50, 3.0], [60, 2.8]];
   assert.deepStrictEqual(C.latestPoints(redone).map((p) => [p[0], p[1]]), kept);
-  // Drawn exactly as if only the latest points had ever been logged.
-  assert.strictEqual(C.lineChart(line([{ name: "loss", points: redone }])), C.lineChart(line([{ name: "loss", points: kept }])));
+  // The line is the latest points' only; the killed attempt's steps 30-50 are a faint dashed line with its own key.
+  const svg = C.lineChart(line([{ name: "loss", points: redone }])), plain = C.lineChart(line([{ name: "loss", points: kept }]));
+  wellFormed(svg);
+  assert.strictEqual(polylines(svg).length, 1);
+  const sx = (svgText) => polylines(svgText)[0].map((p) => p[0]);
+  assert.deepStrictEqual(sx(svg), sx(plain), "the same line at the same x");
+  const dashed = all(/<g class="superseded"><title>([^<]*)<\/title><polyline points="([^"]*)"[^>]*stroke-dasharray/g, svg);
+  assert.strictEqual(dashed.length, 1, svg);
+  assert.strictEqual(dashed[0][1], "loss: step 30-50 before a restart, trained again after it");
+  assert.strictEqual(dashed[0][2].trim().split(/\s+/).length, 3);
+  assert(svg.includes(">before a restart (trained again)</text>") && !plain.includes("before a restart"), "keyed only when there are some");
   // A generation that has not yet caught up still hides what it will redo.
   assert.deepStrictEqual(C.latestPoints([[10, 1, 0], [20, 1, 0], [30, 1, 0], [20, 2, 1]]).map((p) => p[0]), [10, 20]);
   // Within one generation the last line for an x counts.
@@ -132,6 +141,9 @@ check("waiting for data only while there is no point at all; one point is a dot"
   wellFormed(one);
   assert(!one.includes("waiting for data") && !one.includes("NaN"));
   assert.strictEqual(all(/<circle /g, one).length, 1, "one dot");
+  const epoch = C.lineChart({ kind: "line", x: { label: "epoch", integer: true, min: 1, max: 1 }, y: { label: "accuracy", percent: true },
+    series: [{ name: "test accuracy", dots: true, points: [[1, 0.795]] }] });
+  assert.deepStrictEqual(tickTexts(epoch, "x"), ["1"], "a one-epoch run's only epoch, alone on its axis");
   const later = C.lineChart(line([{ name: "a", points: [] }, { name: "b", points: [[3, 0.5]] }]));
   assert(later.includes(">a (no data)</text>") && !later.includes("waiting for data"));
 });
@@ -166,6 +178,20 @@ check("heatmaps: a cell per row and column; timelines: a mark per event", () => 
   wellFormed(tl);
   assert(tl.includes('<g class="mark fail">') && tl.includes("<title>10s · rank 1 died</title>"));
   assert(C.timeline({ kind: "timeline", marks: [] }).includes("waiting for events"));
+});
+
+check("money and bytes read as the C++ reports write them (formatting_cases.json)", () => {
+  const cases = JSON.parse(fs.readFileSync(require("path").join(__dirname, "formatting_cases.json"), "utf8"));
+  for (const [v, currency, text] of cases.money) assert.strictEqual(C.fmtMoney(v, currency), text, `${v} ${currency}`);
+  for (const [v, per, text] of cases.bytes) assert.strictEqual(C.fmtBytes(v, per), text, `${v}${per}`);
+  assert.strictEqual(C.fmtPrice(0.0425, "USD"), "$0.0425");
+  assert.strictEqual(C.fmtMoney(undefined, "USD"), "—");
+});
+
+check("a marker of a compared run takes its series' colour", () => {
+  const svg = C.lineChart(line([{ name: "A", points: [[0, 1], [9, 2]] }, { name: "B", points: [[0, 2], [9, 3]] }],
+    { markers: [{ x: 4, label: "B: restart", series: 1 }] }));
+  assert(svg.includes(`style="fill:${C.PALETTE[1]};font-size:10px">B: restart</text>`), svg);
 });
 
 // ---------- the pages ----------

@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "gradmesh/obs/run_exposition.h"
 #include "gradmesh/obs/run_report_page.h"
@@ -49,8 +52,9 @@ TEST(RunReportPage, HasTheCostTableTimelineHeatmapsAndFacts) {
   EXPECT_EQ(cost.title, "Cost");
   ASSERT_EQ(cost.rows.size(), 4u);
   EXPECT_EQ(cost.rows[0][0], "compute");
-  EXPECT_EQ(cost.rows[0][3], "0.00120 USD");
-  EXPECT_EQ(cost.rows[3][3], "0.00160 USD") << "the total";
+  EXPECT_EQ(cost.rows[0][3], "< $0.01") << "a fraction of a cent";
+  EXPECT_EQ(cost.rows[0][2], "$0.04 per core-hour");
+  EXPECT_EQ(cost.rows[3][3], "< $0.01") << "the total";
   EXPECT_NE(cost.note.find("Example prices"), std::string::npos);
   ASSERT_EQ(c.timeline.events.size(), 2u);
   EXPECT_EQ(c.timeline.events[1].kind, "restart");
@@ -61,7 +65,7 @@ TEST(RunReportPage, HasTheCostTableTimelineHeatmapsAndFacts) {
   EXPECT_DOUBLE_EQ(c.heatmaps[1].values[2][0], 2.0 + 1.0 + 0.1) << "compute only";
   EXPECT_DOUBLE_EQ(c.heatmaps[2].values[2][0], 0.3) << "communication only";
   bool cost_fact = false;
-  for (const auto& [key, value] : c.facts) cost_fact |= key == "cost so far" && value == "0.00160 USD (example prices)";
+  for (const auto& [key, value] : c.facts) cost_fact |= key == "cost so far" && value == "< $0.01 (example prices)";
   EXPECT_TRUE(cost_fact);
   const std::string page = render_report_html(c);
   EXPECT_NE(page.find("Restarts, checkpoints and warnings over time"), std::string::npos);
@@ -160,18 +164,28 @@ TEST(RunReportPage, ComparisonPutsTwoRunsSideBySideWithTheirRatio) {
   RunLog a = sample_log(2, -1), b = sample_log(4, -1);
   b.summary["samples_per_s"] = 90000;
   b.usage->cost.compute = 0.0024;
+  b.usage->prices.currency = "EUR";
+  b.usage->cost.egress = 1234.5;
   const ReportContent c = comparison_content(a, "run-a", b, "run-b");
   EXPECT_NE(c.title.find("A = run-a, B = run-b"), std::string::npos);
   ASSERT_EQ(c.tables.size(), 1u);
-  bool rate = false, cost = false;
-  for (const auto& row : c.tables[0].rows) {
-    if (row[0] == "samples/s") rate = row[1] == "45000" && row[2] == "90000" && row[3] == "2.000";
-    if (row[0] == "cost: compute") cost = row[3] == "2.000";
-  }
-  EXPECT_TRUE(rate);
-  EXPECT_TRUE(cost);
+  std::map<std::string, std::vector<std::string>> rows;
+  for (const auto& row : c.tables[0].rows) rows[row[0]] = row;
+  EXPECT_EQ(rows["samples/s"], (std::vector<std::string>{"samples/s", "45000", "90000", "2.000"}));
+  // Every cost cell is money in its run's currency; the ratio is of the exact amounts.
+  EXPECT_EQ(rows["cost: compute"], (std::vector<std::string>{"cost: compute", "< $0.01", "< \u20ac0.01", "2.000"}));
+  EXPECT_EQ(rows["cost: egress"][2], "\u20ac1,234.50");
+  EXPECT_EQ(rows["bytes sent to other hosts"][1], "40 MB");
+  EXPECT_FALSE(c.notes.empty()) << "different currencies are called out";
   ASSERT_EQ(c.charts[0].series.size(), 2u);
   EXPECT_EQ(c.charts[0].series[1].name, "B");
+  // Each run's restart on the step charts, in its series' colour and named by its run.
+  ASSERT_EQ(c.charts[0].markers.size(), 2u);
+  EXPECT_EQ(c.charts[0].markers[0].label, "A: restart");
+  EXPECT_EQ(c.charts[0].markers[0].series, 0);
+  EXPECT_EQ(c.charts[0].markers[1].label, "B: restart");
+  EXPECT_EQ(c.charts[0].markers[1].series, 1);
+  EXPECT_EQ(c.charts[2].markers.size(), 2u) << "throughput too";
 }
 
 TEST(RunExposition, ExportsTheRunPerRankWithConventionalNames) {

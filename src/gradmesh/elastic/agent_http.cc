@@ -72,9 +72,18 @@ void serve_events(const std::shared_ptr<MetricsFeed>& feed, const std::shared_pt
       *greeted = true;
       return sink.write(text.data(), text.size());
     }
-    const std::vector<MetricsFeed::Event> events = feed->events_since(*next, std::chrono::seconds(1));
+    bool over = false;
+    const std::vector<MetricsFeed::Event> events = feed->events_since(*next, std::chrono::seconds(1), &over);
     std::string text;
     for (const MetricsFeed::Event& e : events) text += sse(e.name, e.data);
+    if (over) {
+      // The run's last word: the page stops listening (no reconnection) and
+      // the stream ends with its last chunk, as a finished response does.
+      text += sse("end", Json{{"events", *next}}.dump());
+      if (!sink.write(text.data(), text.size())) return false;
+      sink.done();
+      return true;
+    }
     if (text.empty()) {
       if (feed->stopping()) {
         sink.done();
@@ -92,6 +101,7 @@ struct AgentHttpServer::Impl {
   httplib::Server server;
   std::thread thread;
   std::atomic<bool> returned{false};  // listen_after_bind() returned
+  std::shared_ptr<std::atomic<int>> streams = std::make_shared<std::atomic<int>>(0);  // open event streams
   std::string host;
   int port = 0;
 };
@@ -130,7 +140,7 @@ AgentHttpServer::AgentHttpServer(const AgentHttpOptions& options, std::shared_pt
     server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(obs::dashboard_page_html(), "text/html; charset=utf-8");
     });
-    auto streams = std::make_shared<std::atomic<int>>(0);
+    const std::shared_ptr<std::atomic<int>> streams = impl_->streams;
     server.Get("/events", [feed, status, streams](const httplib::Request&, httplib::Response& res) {
       serve_events(feed, status, streams, res);
     });
@@ -153,6 +163,15 @@ AgentHttpServer::~AgentHttpServer() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool AgentHttpServer::finish_streams(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (impl_->streams->load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 int AgentHttpServer::port() const { return impl_->port; }

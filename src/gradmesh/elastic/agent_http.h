@@ -10,7 +10,9 @@
 // The dashboard server (`gradmesh launch --dashboard-port`) is the same
 // server with a feed and the dashboard on: it adds
 //   GET /         the live dashboard page (self-contained: no CDN)
-//   GET /events   its server-sent events (metrics_feed.h), the history first
+//   GET /events   its server-sent events (metrics_feed.h), the history first;
+//                 once the feed has ended, an `end` event and the stream's
+//                 last chunk
 //
 // Bodies are JSON. The server binds 127.0.0.1 unless told otherwise (a
 // probe runs inside the pod; nothing outside it needs these), and with a
@@ -18,6 +20,7 @@
 // `gradmesh serve --token-file` does; a wrong or missing token is 401.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -41,6 +44,11 @@ class AgentHttpServer {
   ~AgentHttpServer();
   AgentHttpServer(const AgentHttpServer&) = delete;
   AgentHttpServer& operator=(const AgentHttpServer&) = delete;
+
+  // Waits up to `timeout` for every open event stream to have sent its end
+  // (the feed must have ended, MetricsFeed::finish); false when one has not,
+  // a page that stopped reading. The launcher calls it before it returns.
+  bool finish_streams(std::chrono::milliseconds timeout);
 
   int port() const;
   std::string url() const;  // "http://127.0.0.1:PORT"

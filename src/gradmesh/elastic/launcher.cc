@@ -342,6 +342,17 @@ std::unique_ptr<AgentHttpServer> start_dashboard(const LaunchOptions& o, const s
   return server;
 }
 
+// The run is over: its last metrics lines and the launcher's `finished`
+// reach every open dashboard page, and each stream ends cleanly, before the
+// servers stop. Bounded: a store that does not answer or a page that stopped
+// reading costs a few seconds, never the exit.
+void end_the_feed(const std::shared_ptr<MetricsFeed>& feed, AgentHttpServer* dashboard) {
+  if (!feed) return;
+  if (!feed->finish(std::chrono::seconds(5))) log_warn("dashboard: the last read of the run's metrics did not finish in 5 s");
+  if (dashboard && !dashboard->finish_streams(std::chrono::seconds(3)))
+    log_warn("dashboard: a page did not take the end of the run in 3 s; its stream is cut");
+}
+
 }  // namespace
 
 int run_launcher(const LaunchOptions& options) {
@@ -371,6 +382,7 @@ int run_launcher(const LaunchOptions& options) {
   RestartBudget budget(store, ctx.run_id, options.max_restarts);
   const auto finish = [&](int code, const std::string& message) {
     status->finished(code, message);
+    end_the_feed(feed, dashboard.get());
     return code;
   };
   refuse_ended_run(ctx, *store);

@@ -66,24 +66,39 @@ bool MetricsFeed::stopping() const {
 
 void MetricsFeed::loop() {
   for (;;) {
+    bool finishing = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finishing = finish_requested_;
+    }
     try {
-      poll();
+      if (finishing) drain();
+      else poll();
     } catch (const std::exception& e) {
       // The store may be briefly unreachable; the dashboard is not worth failing the job for.
       if (!warned_) log_warn(std::string("dashboard: ") + e.what());
       warned_ = true;
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    if (changed_.wait_for(lock, interval_, [this] { return stopping_; })) return;
+    if (finishing) {
+      ended_ = true;
+      changed_.notify_all();
+      return;
+    }
+    if (changed_.wait_for(lock, interval_, [this] { return stopping_ || finish_requested_; }) && stopping_) return;
   }
 }
 
-void MetricsFeed::poll() {
+void MetricsFeed::append_agent_states() {
   for (const AgentSnapshot& s : status_->history(agent_seen_)) {
     ++agent_seen_;
     std::lock_guard<std::mutex> lock(mutex_);
     append({"agent", agent_event_json(s)});
   }
+}
+
+void MetricsFeed::poll() {
+  append_agent_states();
   // Rank 0 publishes the path once per process: a restarted run may name a
   // new file. The store is asked every second until the path is known, then
   // every 5 s (one launcher per node asks: a large job's store must not pay
@@ -94,6 +109,34 @@ void MetricsFeed::poll() {
     read_published_path();
   }
   if (!path_.empty()) follow_file();
+}
+
+void MetricsFeed::drain() {
+  // The workers have exited: whatever they wrote is in the file, however
+  // close to their exit they wrote it. The path may have changed since the
+  // last look (a restart) or never have been seen (a run shorter than a poll).
+  try {
+    read_published_path();
+  } catch (const std::exception& e) {
+    if (!warned_) log_warn(std::string("dashboard: the last look for the run's metrics failed: ") + e.what());
+    warned_ = true;
+  }
+  // A bound, in case something else still writes to the file.
+  for (int reads = 0; !path_.empty() && !follow_file() && reads < 256; ++reads) {
+  }
+  append_agent_states();  // last: the launcher's `finished` closes the history
+}
+
+bool MetricsFeed::finish(std::chrono::milliseconds budget) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  finish_requested_ = true;
+  changed_.notify_all();
+  return changed_.wait_for(lock, budget, [this] { return ended_; });
+}
+
+bool MetricsFeed::ended() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ended_;
 }
 
 void MetricsFeed::read_published_path() {
@@ -111,14 +154,15 @@ void MetricsFeed::read_published_path() {
   }
 }
 
-void MetricsFeed::follow_file() {
+bool MetricsFeed::follow_file() {
   // The store says where the file is; the feed only ever reads a regular
   // file named metrics.jsonl, without blocking (a FIFO there would hang it).
-  if (std::filesystem::path(path_).filename() != "metrics.jsonl") return;
+  if (std::filesystem::path(path_).filename() != "metrics.jsonl") return true;
   const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return;  // on another host, or not created yet
+  if (fd < 0) return true;  // on another host, or not created yet
   struct stat st {};
   std::string chunk;
+  bool to_the_end = true;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     const auto size = static_cast<uint64_t>(st.st_size);
     if (size < offset_) {  // the file was replaced: start over
@@ -127,6 +171,7 @@ void MetricsFeed::follow_file() {
       reader_ = std::make_unique<obs::RunLogReader>(path_, /*keep_steps=*/false);
     }
     chunk.resize(static_cast<size_t>(std::min<uint64_t>(size - offset_, kMaxReadPerPoll)));
+    to_the_end = size - offset_ <= kMaxReadPerPoll;
     const ssize_t got = chunk.empty() ? 0 : ::pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(offset_));
     chunk.resize(got > 0 ? static_cast<size_t>(got) : 0);
   }
@@ -147,6 +192,7 @@ void MetricsFeed::follow_file() {
     if (line.front() == '{' && line.back() == '}') append({"metrics", std::move(line)});
   }
   partial_.erase(0, start);
+  return to_the_end;
 }
 
 void MetricsFeed::append(Event event) {
@@ -164,9 +210,10 @@ void MetricsFeed::append(Event event) {
   changed_.notify_all();
 }
 
-std::vector<MetricsFeed::Event> MetricsFeed::events_since(size_t& next, std::chrono::milliseconds timeout) {
+std::vector<MetricsFeed::Event> MetricsFeed::events_since(size_t& next, std::chrono::milliseconds timeout, bool* over) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return stopping_ || next < events_.size(); });
+  changed_.wait_for(lock, timeout, [&] { return stopping_ || ended_ || next < events_.size(); });
+  if (over) *over = ended_ && next >= events_.size();
   if (next >= events_.size()) return {};
   const size_t end = std::min(events_.size(), next + kMaxEventsPerRead);
   std::vector<Event> out(events_.begin() + static_cast<std::ptrdiff_t>(next),

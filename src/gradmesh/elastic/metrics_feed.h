@@ -48,8 +48,17 @@ class MetricsFeed {
   MetricsFeed& operator=(const MetricsFeed&) = delete;
 
   // The events from `next` on, waiting up to `timeout` while there are none;
-  // advances `next` past them. Empty when the wait ran out or the feed stops.
-  std::vector<Event> events_since(size_t& next, std::chrono::milliseconds timeout);
+  // advances `next` past them. Empty when the wait ran out, the feed stops
+  // or it has ended; `*over`, when given, tells whether the feed has ended
+  // and `next` is past its last event (nothing will follow).
+  std::vector<Event> events_since(size_t& next, std::chrono::milliseconds timeout, bool* over = nullptr);
+  // The run is over (the launcher's status says finished): one last read of
+  // the store's path, the file to its end and the agent's states, so the
+  // final lines and the `finished` event are the feed's last events; then
+  // ended() is true and the feed reads nothing more. Waits at most `budget`
+  // (a store that does not answer); returns whether the last read completed.
+  bool finish(std::chrono::milliseconds budget);
+  bool ended() const;
   // The run's figures in Prometheus's text format (obs/run_exposition.h),
   // with the agent's own.
   std::string prometheus_text() const;
@@ -59,8 +68,10 @@ class MetricsFeed {
  private:
   void loop();
   void poll();
+  void drain();
+  void append_agent_states();
   void read_published_path();
-  void follow_file();
+  bool follow_file();  // true when it read all there was
   void append(Event event);  // REQUIRES: mutex_ held
 
   std::string endpoint_, run_id_;
@@ -82,6 +93,8 @@ class MetricsFeed {
   bool keep_interval_ = true;   // the last step line was kept: keep its usage line too
   std::unique_ptr<obs::RunLogReader> reader_;
   bool stopping_ = false;
+  bool finish_requested_ = false;
+  bool ended_ = false;
   bool warned_ = false;
   std::thread thread_;  // last: starts once everything above exists
 };

@@ -14,7 +14,7 @@
 //   line:     {kind, title, empty, x: {label, unit, integer, log2, min, max},
 //              y: {label, unit, zero, percent},
 //              series: [{name, dots, line, points: [[x, y, generation], ...]}],
-//              markers: [{x, label, text}]}
+//              markers: [{x, label, text, series}]}
 //   bars:     {kind, title, unit, categories: [...], rows: [{label, values}]}
 //   heatmap:  {kind, title, unit, x_label, columns: [...], columns_on_top,
 //              scale: "range" | "median", cell_text,
@@ -22,7 +22,13 @@
 //   timeline: {kind, title, start, end, marks: [{t, kind, text}]}
 // A point's generation (0 when left out) is the attempt that wrote it: a
 // later generation that starts at x supersedes every earlier point at or
-// beyond x (steps trained again after a restart), so only the latest is drawn.
+// beyond x (steps trained again after a restart). The latest points make the
+// series' line; the superseded ones a faint dashed line of the same colour,
+// the steps a restart made the run train again. A marker's series (an index)
+// colours it as that series (two runs' restarts on one chart).
+//
+// Money and sizes read the same on every page (fmtMoney, fmtBytes): two
+// decimals, "< $0.01" below a cent, 3 significant digits with a unit.
 "use strict";
 const GradmeshCharts = (() => {
 const SVGNS = "http://www.w3.org/2000/svg";
@@ -97,6 +103,32 @@ function fmtNum(v, sig = 3) {
 
 const fmtPct = (v, digits = 1) => (isNum(v) ? (v * 100).toFixed(digits) + "%" : "—");
 
+// Money as a bill shows it: $1,234.57, $0.42, "< $0.01" for a short run's
+// fraction of a cent, the currency on every amount ("12.30 CHF" without a
+// symbol). obs/metering.cc's money_text writes the same.
+const MONEY_SYMBOLS = { USD: "$", EUR: "€", GBP: "£" };
+const withCurrency = (amount, currency) => (MONEY_SYMBOLS[currency] ? MONEY_SYMBOLS[currency] + amount
+  : amount + " " + (currency || "?"));
+function fmtMoney(v, currency) {
+  if (!isNum(v)) return "—";
+  if (v !== 0 && Math.abs(v) < 0.005) return (v < 0 ? "> -" : "< ") + withCurrency("0.01", currency);
+  const digits = Math.abs(v).toFixed(2).split(".");
+  return (v < 0 ? "-" : "") + withCurrency(digits[0].replace(/\B(?=(\d{3})+(?!\d))/g, ",") + "." + digits[1], currency);
+}
+// A price keeps 4 significant digits: $0.0425 (per core-hour).
+const fmtPrice = (v, currency) => (isNum(v) ? withCurrency(String(Number(v.toPrecision(4))), currency) : "—");
+
+// Bytes with 3 significant digits and a decimal unit: 512 B, 1.9 kB, 4.38 GB;
+// `per` names what they are multiplied by ("-hours": 1.9 kB-hours).
+function fmtBytes(v, per = "") {
+  if (!isNum(v)) return "—";
+  const units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+  let i = 0, r = Number(Math.abs(v).toPrecision(3));
+  while (r >= 1000 && i < units.length - 1) r = Number((r / 1000).toPrecision(3)), i++;
+  if (i === 0 && r !== 0 && r < 1) return (v < 0 ? "-" : "") + "< 1 B" + per;
+  return (v < 0 ? "-" : "") + strip(i === 0 && r >= 1 ? String(Math.round(r)) : String(r)) + " " + units[i] + per;
+}
+
 function fmtDuration(s) {
   s = Math.round(s);
   if (s < 60) return s + "s";
@@ -163,6 +195,19 @@ function latestPoints(points) {
   return [...byX.values()].sort((a, b) => a[0] - b[0]);
 }
 
+// The points a later generation superseded, one run of points per
+// generation (a killed attempt's steps that were trained again), by x.
+function supersededRuns(points) {
+  const latest = new Set(latestPoints(points)), byGen = new Map();
+  for (const p of points) {
+    if (!Array.isArray(p) || !isNum(p[0]) || !isNum(p[1]) || latest.has(p)) continue;
+    const g = isNum(p[2]) ? p[2] : 0;
+    if (!byGen.has(g)) byGen.set(g, new Map());
+    byGen.get(g).set(p[0], p);  // of one generation's points at an x, the last counts
+  }
+  return [...byGen.keys()].sort((a, b) => a - b).map((g) => [...byGen.get(g).values()].sort((a, b) => a[0] - b[0]));
+}
+
 // Every k-th point and the last, so a long run never draws more than MAX_POINTS.
 function thin(pts) {
   if (pts.length <= MAX_POINTS) return pts;
@@ -184,18 +229,19 @@ function legendLayout(entries, w, left) {
   entries.forEach((e, i) => {
     const width = 26 + CHAR_W * e.name.length;
     if (x > left && x + width > w - 8) x = left, row++;
-    items.push({ ...e, color: PALETTE[i % PALETTE.length], x, y: row * 16 });
+    items.push({ ...e, color: e.color || PALETTE[i % PALETTE.length], x, y: row * 16 });
     x += width + 14;
   });
   return { items, height: entries.length ? (row + 1) * 16 + 4 : 0 };
 }
 
 function legendSvg(layout, top) {
-  return layout.items.map(({ name, dot, color, x, y }) => {
+  return layout.items.map(({ name, dot, dashed, color, x, y }) => {
     const cy = top + y + 6;
     const swatch = dot ? el("circle", { cx: px(x + 9), cy: px(cy), r: 3.5, fill: color })
-      : el("line", { x1: px(x), x2: px(x + 18), y1: px(cy), y2: px(cy), stroke: color, "stroke-width": 2.5 });
-    return el("g", { class: "key" }, swatch + label(x + 24, cy + 4, name, { fill: color }));
+      : el("line", { x1: px(x), x2: px(x + 18), y1: px(cy), y2: px(cy), stroke: color, "stroke-width": dashed ? 1.6 : 2.5,
+        "stroke-dasharray": dashed ? "3 2" : undefined });
+    return el("g", { class: dashed ? "key note" : "key" }, swatch + label(x + 24, cy + 4, name, { fill: color }));
   }).join("");
 }
 
@@ -204,14 +250,16 @@ function lineScales(spec, series, box) {
   const xs = spec.x, ys = spec.y;
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
   for (const s of series) {
-    for (const [x, y] of s.points) x0 = Math.min(x0, x), x1 = Math.max(x1, x), y0 = Math.min(y0, y), y1 = Math.max(y1, y);
+    for (const [x, y] of [...s.points, ...s.earlier.flat()]) {
+      x0 = Math.min(x0, x), x1 = Math.max(x1, x), y0 = Math.min(y0, y), y1 = Math.max(y1, y);
+    }
   }
   if (isNum(xs.min)) x0 = Math.min(x0, xs.min);
   if (isNum(xs.max)) x1 = Math.max(x1, xs.max);
   if (xs.log2) {
     x1 = Math.max(x1, x0 * 2);
-  } else if (x1 <= x0) {  // one x: the point in the middle
-    const pad = xs.integer ? 1 : Math.abs(x0) * 0.05 || 1;
+  } else if (x1 <= x0) {  // one x: the point in the middle (a lone epoch 1 gets no epoch 0 or 2 tick)
+    const pad = xs.integer ? 0.5 : Math.abs(x0) * 0.05 || 1;
     x0 -= pad, x1 += pad;
   }
   if (ys.zero) y0 = Math.min(0, y0), y1 = Math.max(0, y1);
@@ -272,7 +320,7 @@ function markersSvg(spec, sc, box) {
   for (const m of [...(spec.markers || [])].filter((m) => isNum(m.x)).sort((a, b) => a.x - b.x)) {
     if (m.x < sc.x0 || m.x > sc.x1) continue;
     const x = sc.sx(m.x), name = m.label || "restart";
-    const color = name === "restart" ? ALERT : MUTED;
+    const color = isNum(m.series) ? PALETTE[m.series % PALETTE.length] : /restart/.test(name) ? ALERT : MUTED;
     let g = el("line", { x1: px(x), x2: px(x), y1: px(box.t), y2: px(box.t + box.h), stroke: color,
       "stroke-width": 1.2, "stroke-dasharray": "4 3" });
     g += el("rect", { x: px(x - 3), y: px(box.t), width: 6, height: px(box.h), fill: "transparent" });
@@ -282,6 +330,24 @@ function markersSvg(spec, sc, box) {
     }
     out += el("g", { class: "marker", "data-x": m.x }, tip(m.text || `${name} at ${spec.x.label || "x"} ${fmtX(m.x)}`) + g);
   }
+  return out;
+}
+
+// What a killed generation logged at steps the run trained again: faint and dashed, under the line.
+function supersededSvg(series, sc, xName) {
+  let out = "";
+  series.forEach((s, i) => {
+    for (const run of s.earlier) {
+      const pts = thin(run), xy = pts.map((p) => px(sc.sx(p[0])) + "," + px(sc.sy(p[1])));
+      const note = `${s.name ? s.name + ": " : ""}${xName} ${fmtX(run[0][0])}` +
+        (run.length > 1 ? `-${fmtX(run[run.length - 1][0])}` : "") + " before a restart, trained again after it";
+      out += el("g", { class: "superseded" }, tip(note) + (xy.length > 1
+        ? el("polyline", { points: xy.join(" "), fill: "none", stroke: PALETTE[i % PALETTE.length], "stroke-width": 1.2,
+          "stroke-dasharray": "3 2", opacity: 0.55 })
+        : el("circle", { cx: px(sc.sx(pts[0][0])), cy: px(sc.sy(pts[0][1])), r: 2.5, fill: "none",
+          stroke: PALETTE[i % PALETTE.length], opacity: 0.55 })));
+    }
+  });
   return out;
 }
 
@@ -328,19 +394,23 @@ function hoverSvg(spec, series, sc, box, hover) {
 function lineChart(spec, opts = {}) {
   const w = opts.width || 560, h = opts.height || 260;
   spec = { ...spec, x: spec.x || {}, y: spec.y || {} };
+  const drawable = (p) => isNum(p[1]) && (!spec.x.log2 || p[0] > 0);
   const series = (spec.series || []).map((s) => ({
     ...s, name: s.name === undefined ? "" : String(s.name),
-    points: latestPoints(s.points || []).filter((p) => isNum(p[1]) && (!spec.x.log2 || p[0] > 0)),
+    points: latestPoints(s.points || []).filter(drawable),
+    earlier: supersededRuns(s.points || []).map((run) => run.filter(drawable)).filter((run) => run.length),
   }));
   if (!series.some((s) => s.points.length)) return emptySvg(w, h, spec, spec.empty || "waiting for data");
   const entries = series.map((s) => ({ name: s.points.length ? s.name : `${s.name} (no data)`, dot: s.line === false }));
+  if (series.some((s) => s.earlier.length)) entries.push({ name: "before a restart (trained again)", dashed: true, color: MUTED });
   const key = legendLayout(entries, w, 52), top = headingH(spec) + 4;
   const left = axisTitle(spec.y) && !opts.compact ? 60 : 46, bottom = axisTitle(spec.x) && !opts.compact ? 36 : 22;
   const box = { l: left, t: top + key.height + 6, w: w - left - 14, h: 0 };
   box.h = Math.max(40, h - box.t - bottom);
   const sc = lineScales(spec, series, box);
   return svgOpen(w, h, spec.title) + heading(spec, w) + legendSvg(key, top) + axesSvg(spec, sc, box, w, h, opts.compact) +
-    markersSvg(spec, sc, box) + seriesSvg(series, sc) + hoverSvg(spec, series, sc, box, opts.hover) + "</svg>";
+    markersSvg(spec, sc, box) + supersededSvg(series, sc, spec.x.label || "x") + seriesSvg(series, sc) +
+    hoverSvg(spec, series, sc, box, opts.hover) + "</svg>";
 }
 
 // ---------- stacked bars (time per step by phase, per rank) ----------
@@ -562,7 +632,7 @@ function drawDocument(spec) {
 
 return {
   PALETTE, render, lineChart, barChart, heatmap, timeline, latestPoints, niceStep, niceTicks, ticks,
-  fmtTick, fmtNum, fmtPct, fmtDuration, heatColor, mount, hoverable, renderPage, drawDocument,
+  fmtTick, fmtNum, fmtPct, fmtDuration, fmtMoney, fmtPrice, fmtBytes, heatColor, mount, hoverable, renderPage, drawDocument,
 };
 })();
 if (typeof module === "object" && module.exports) module.exports = GradmeshCharts;

@@ -37,7 +37,18 @@ constexpr double kSecondsPerBillingMonth = 730.0 * 3600.0;
 
 Cost cost_of(const Consumption& used, const Prices& prices);
 
-// "0.00123 USD": three significant digits, however small; "0 USD" for zero.
+// Money as a bill shows it, with its currency on every amount: "$1,234.57",
+// "$0.42", "< $0.01" below half a cent (a short run's cost), "12.30 CHF"
+// where the currency has no symbol here. The pages' charts.js (fmtMoney)
+// writes the same; tests/obs/formatting_cases.json holds both to it.
 std::string money_text(double amount, const std::string& currency);
+
+// A price, to 4 significant digits with its currency: "$0.0425".
+std::string price_text(double amount, const std::string& currency);
+
+// Bytes to 3 significant digits with a decimal unit: "512 B", "1.9 kB",
+// "4.38 GB"; `per` follows the unit ("-hours": "1.9 kB-hours"). As
+// charts.js's fmtBytes.
+std::string bytes_text(double bytes, const std::string& per = "");
 
 }  // namespace gradmesh::obs

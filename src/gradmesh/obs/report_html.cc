@@ -36,7 +36,11 @@ Json line_json(const LineChart& chart) {
     series.push_back({{"name", s.name}, {"dots", s.dots}, {"line", s.line}, {"points", std::move(points)}});
   }
   Json markers = Json::array();
-  for (const ChartMarker& m : chart.markers) markers.push_back({{"x", m.x}, {"label", m.label}, {"text", m.text}});
+  for (const ChartMarker& m : chart.markers) {
+    Json marker = {{"x", m.x}, {"label", m.label}, {"text", m.text}};
+    if (m.series >= 0) marker["series"] = m.series;
+    markers.push_back(std::move(marker));
+  }
   return {{"kind", "line"},
           {"title", chart.title},
           {"empty", "no data"},

@@ -32,6 +32,7 @@ struct ChartSeries {
 struct ChartMarker {
   double x = 0;
   std::string label, text;  // text: its tooltip
+  int series = -1;          // drawn in that series' colour (a compared run's restart); -1: by its label
 };
 
 struct LineChart {

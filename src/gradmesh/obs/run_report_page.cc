@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 namespace gradmesh::obs {
 namespace {
@@ -14,15 +15,6 @@ namespace {
 std::string fixed(double value, int digits) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
-std::string bytes_text(double bytes) {
-  char text[64];
-  if (bytes >= 1e9) std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
-  else if (bytes >= 1e6) std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
-  else if (bytes >= 1e3) std::snprintf(text, sizeof text, "%.1f kB", bytes / 1e3);
-  else std::snprintf(text, sizeof text, "%.0f B", bytes);
   return text;
 }
 
@@ -187,18 +179,15 @@ Timeline timeline(const RunLog& log) {
 
 std::vector<std::vector<std::string>> cost_rows(const UsageRecord& u) {
   const std::string& c = u.prices.currency;
-  char price[96];
   std::vector<std::vector<std::string>> rows;
-  std::snprintf(price, sizeof price, "%g %s per core-hour", u.prices.core_hour, c.c_str());
-  rows.push_back({"compute", fixed(u.total("cpu_seconds"), 1) + " core-seconds", price, money_text(u.cost.compute, c)});
-  std::snprintf(price, sizeof price, "%g %s per GB-month", u.prices.storage_gb_month, c.c_str());
+  rows.push_back({"compute", fixed(u.total("cpu_seconds"), 1) + " core-seconds",
+                  price_text(u.prices.core_hour, c) + " per core-hour", money_text(u.cost.compute, c)});
   rows.push_back({"checkpoint storage",
                   bytes_text(u.total("checkpoint_stored_bytes")) + " kept now; " +
-                      axis_number(u.total("storage_gb_seconds") / 3600) + " GB-hours so far",
-                  price, money_text(u.cost.storage, c)});
-  std::snprintf(price, sizeof price, "%g %s per GB", u.prices.egress_gb, c.c_str());
-  rows.push_back({"network egress between hosts", bytes_text(u.total("inter_host_bytes")), price,
-                  money_text(u.cost.egress, c)});
+                      bytes_text(u.total("storage_gb_seconds") * 1e9 / 3600, "-hours") + " so far",
+                  price_text(u.prices.storage_gb_month, c) + " per GB-month", money_text(u.cost.storage, c)});
+  rows.push_back({"network egress between hosts", bytes_text(u.total("inter_host_bytes")),
+                  price_text(u.prices.egress_gb, c) + " per GB", money_text(u.cost.egress, c)});
   rows.push_back({"total", "", "", money_text(u.cost.total(), c)});
   return rows;
 }
@@ -302,9 +291,12 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
   ReportTable t;
   t.title = "Side by side";
   t.header = {"", "A", "B", "B / A"};
-  const auto row = [&](const std::string& label, std::optional<double> x, std::optional<double> y, int digits) {
-    t.rows.push_back({label, x ? fixed(*x, digits) : "-", y ? fixed(*y, digits) : "-",
-                      x && y && *x != 0 ? fixed(*y / *x, 3) : "-"});
+  // Each cell as `text` writes it (a number to `digits` places unless given).
+  using Text = std::function<std::string(double)>;
+  const auto row = [&](const std::string& label, std::optional<double> x, std::optional<double> y, int digits,
+                       const Text& text = nullptr) {
+    const auto cell = [&](std::optional<double> v) { return !v ? "-" : text ? text(*v) : fixed(*v, digits); };
+    t.rows.push_back({label, cell(x), cell(y), x && y && *x != 0 ? fixed(*y / *x, 3) : "-"});
   };
   t.rows.push_back({"model", field(a.run, "model") + " (" + field(a.run, "parameters") + ")",
                     field(b.run, "model") + " (" + field(b.run, "parameters") + ")", ""});
@@ -312,7 +304,9 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
                     field(b.run, "world_size") + " " + field(b.run, "backend"), ""});
   // A figure of each run, side by side.
   using Figure = std::function<std::optional<double>(const RunLog&)>;
-  const auto compare = [&](const std::string& label, const Figure& of, int digits) { row(label, of(a), of(b), digits); };
+  const auto compare = [&](const std::string& label, const Figure& of, int digits, const Text& text = nullptr) {
+    row(label, of(a), of(b), digits, text);
+  };
   const auto summary = [](const char* key) -> Figure { return [key](const RunLog& log) { return summary_value(log, key); }; };
   const auto usage = [](double (*of)(const UsageRecord&)) -> Figure {
     return [of](const RunLog& log) { return log.usage ? std::optional(of(*log.usage)) : std::nullopt; };
@@ -332,12 +326,21 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
               return sum / static_cast<double>(log.steps.size());
             },
             3);
-  compare("cost: compute", usage([](const UsageRecord& u) { return u.cost.compute; }), 6);
-  compare("cost: storage", usage([](const UsageRecord& u) { return u.cost.storage; }), 9);
-  compare("cost: egress", usage([](const UsageRecord& u) { return u.cost.egress; }), 6);
-  compare("cost: total", usage([](const UsageRecord& u) { return u.cost.total(); }), 6);
+  // Costs in each run's own currency; the ratio is of the exact amounts.
+  const auto cost_row = [&](const std::string& label, double (*of)(const Cost&)) {
+    const auto cell = [&](const RunLog& log) {
+      return log.usage ? money_text(of(log.usage->cost), log.usage->prices.currency) : std::string("-");
+    };
+    const bool ratio = a.usage && b.usage && of(a.usage->cost) != 0;
+    t.rows.push_back({label, cell(a), cell(b), ratio ? fixed(of(b.usage->cost) / of(a.usage->cost), 3) : "-"});
+  };
+  cost_row("cost: compute", [](const Cost& x) { return x.compute; });
+  cost_row("cost: storage", [](const Cost& x) { return x.storage; });
+  cost_row("cost: egress", [](const Cost& x) { return x.egress; });
+  cost_row("cost: total", [](const Cost& x) { return x.total(); });
   compare("CPU core-seconds", usage([](const UsageRecord& u) { return u.total("cpu_seconds"); }), 1);
-  compare("bytes sent to other hosts", usage([](const UsageRecord& u) { return u.total("inter_host_bytes"); }), 0);
+  compare("bytes sent to other hosts", usage([](const UsageRecord& u) { return u.total("inter_host_bytes"); }), 0,
+          [](double v) { return bytes_text(v); });
   if (a.usage && b.usage && a.usage->prices.currency != b.usage->prices.currency)
     c.notes.push_back("The runs' costs are in different currencies (" + a.usage->prices.currency + ", " +
                       b.usage->prices.currency + "): their ratio means nothing.");
@@ -350,9 +353,15 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
   const auto both_epochs = [&](double EpochRecord::*value) {
     return std::vector<ChartSeries>{epoch_series(a, "A", value), epoch_series(b, "B", value)};
   };
-  // Each run's restarts would be ambiguous on one axis; the table compares the runs.
+  // Each run's restarts in its own colour, named by its run.
+  std::vector<ChartMarker> markers;
+  for (const auto& [log, name, series] : {std::tuple{&a, "A", 0}, std::tuple{&b, "B", 1}})
+    for (ChartMarker m : restart_markers(*log)) {
+      m.label = std::string(name) + ": " + m.label, m.text = std::string(name) + ": " + m.text, m.series = series;
+      markers.push_back(std::move(m));
+    }
   c.charts = curves(both_steps(&StepRecord::loss), both_epochs(&EpochRecord::test_accuracy),
-                    both_steps(&StepRecord::samples_per_s), both_epochs(&EpochRecord::test_loss), {});
+                    both_steps(&StepRecord::samples_per_s), both_epochs(&EpochRecord::test_loss), markers);
   return c;
 }
 
