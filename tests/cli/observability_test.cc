@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -235,6 +236,58 @@ TEST(Dashboard, PrometheusShowsTheRunPerRankWhileItTrains) {
                                "kind=\"compute\",currency=\"USD\",example=\"true\"}", "gradmesh_agent_phase{"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
   std::ofstream("observability-metrics.txt") << text;
+}
+
+// A page open when a real run ends: the workers start only once the page
+// streams, and exit right after their last line (the summary), so the
+// launcher returns within milliseconds of the last write. The stream must
+// carry every line of metrics.jsonl, then the launcher's `finished`, then
+// `end`, as a complete response.
+TEST(Dashboard, APageReadsARealRunToItsLastLine) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  const std::string train = "exec '" GRADMESH_BINARY "' train " + workload("end", "--set train.max_steps=40 --set output.report=true");
+  const std::string cmd = "cd '" + dir.path() + "' && exec '" GRADMESH_BINARY "' launch --nproc-per-node 2 --dashboard-port 0"
+                          " -- sh -c \"while [ ! -e go ]; do sleep 0.01; done; " + train + "\" > launch.out 2> launch.err";
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::string url;
+  for (int i = 0; i < 200 && url.empty(); ++i) {
+    std::smatch m;
+    const std::string err = read_text(dir.file("launch.err"));
+    if (std::regex_search(err, m, std::regex("dashboard at (http://127\\.0\\.0\\.1:[0-9]+)/"))) url = m[1];
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(url.empty()) << read_text(dir.file("launch.err"));
+  httplib::Client client(url);
+  client.set_read_timeout(std::chrono::seconds(60));
+  std::string stream;
+  const httplib::Result r = client.Get("/events", [&](const char* data, size_t size) {
+    if (stream.empty()) std::ofstream(dir.file("go")) << "";  // the page is open: the run may start
+    stream.append(data, size);
+    return true;
+  });
+  EXPECT_EQ(wait_exit(launcher, std::chrono::seconds(120)), 0) << read_text(dir.file("launch.err"));
+  ASSERT_TRUE(r) << "the stream was cut: " << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  std::vector<std::string> streamed, written;
+  const std::string head = "event: metrics\ndata: ";
+  for (size_t at = stream.find(head); at != std::string::npos; at = stream.find(head, at + 1))
+    streamed.push_back(stream.substr(at + head.size(), stream.find('\n', at + head.size()) - at - head.size()));
+  std::ifstream file(dir.file("runs/end/metrics.jsonl"));
+  for (std::string line; std::getline(file, line);) written.push_back(line);
+  ASSERT_FALSE(written.empty());
+  EXPECT_EQ(Json::parse(written.back())["type"], "summary");
+  EXPECT_EQ(streamed, written) << "every line of the file, the summary last";
+  const size_t finished = stream.rfind("\"kind\":\"finished\"");
+  const size_t end = stream.find("event: end\n");
+  ASSERT_NE(finished, std::string::npos) << stream.substr(stream.size() - std::min<size_t>(600, stream.size()));
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_LT(stream.rfind("event: metrics"), finished);
+  EXPECT_LT(finished, end);
 }
 
 }  // namespace
