@@ -177,6 +177,10 @@ check("heatmaps: a cell per row and column; timelines: a mark per event", () => 
     { t: 12, kind: "restart", text: "resumed at step 40" }, { t: 30, kind: "checkpoint", text: "c" }] });
   wellFormed(tl);
   assert(tl.includes('<g class="mark fail">') && tl.includes("<title>10s · rank 1 died</title>"));
+  // A short run's marks keep their tenths, so they read where they are drawn.
+  const short = C.timeline({ kind: "timeline", start: 0, end: 3.2, marks: [{ t: 1.6, kind: "restart", text: "r" }, { t: 3.2, kind: "finished", text: "f" }] });
+  assert(short.includes("<title>1.6s · r</title>") && short.includes("<title>3.2s · f</title>"), short);
+  assert.deepStrictEqual([0, 1, 2.04, 59.6, 61, 3725].map(C.fmtDuration), ["0s", "1s", "2s", "1m", "1m1s", "1h2m"]);
   assert(C.timeline({ kind: "timeline", marks: [] }).includes("waiting for events"));
 });
 

@@ -129,7 +129,9 @@ function fmtBytes(v, per = "") {
   return (v < 0 ? "-" : "") + strip(i === 0 && r >= 1 ? String(Math.round(r)) : String(r)) + " " + units[i] + per;
 }
 
+// Under 10 s, tenths: a mark at 1.6 s must not read "2s" next to an axis tick at 2 s.
 function fmtDuration(s) {
+  if (Math.abs(s) < 10 && Math.abs(s - Math.round(s)) >= 0.05) return s.toFixed(1) + "s";
   s = Math.round(s);
   if (s < 60) return s + "s";
   if (s < 3600) return Math.floor(s / 60) + "m" + (s % 60 ? (s % 60) + "s" : "");

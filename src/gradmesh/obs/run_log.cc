@@ -155,7 +155,9 @@ void RunLogReader::read_line(const std::string& line) {
     log_.summary_lists.clear();
     for (auto it = j.begin(); it != j.end(); ++it)
       if (it->is_array()) log_.summary_lists[it.key()] = line_numbers(*it);
-    add_event(log_, RunEvent::Kind::kFinished, j, "run finished");
+    add_event(log_, RunEvent::Kind::kFinished, j,
+              "run finished" + (j.contains("steps") ? ": " + line_text(j, "steps") + " steps" : std::string()) +
+                  (j.contains("test_accuracy") ? ", test accuracy " + line_text(j, "test_accuracy") : std::string()));
   } else if (type == "restart") {
     add_event(log_, RunEvent::Kind::kRestart, j,
               "generation " + line_text(j, "generation") + ": " + failed_part_text(j) + " failed (" +
