@@ -5,6 +5,7 @@
 // without touching the run), and the launcher's /metrics during a run.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -203,6 +204,23 @@ TEST(DashboardFlags, OffMeansNoServerAndBadValuesAreUsageErrors) {
   EXPECT_EQ(busy.exit_code, 1) << busy.err;
   EXPECT_NE(busy.err.find("dashboard 127.0.0.1:" + std::to_string(taken)), std::string::npos) << busy.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran")) << "no worker started";
+}
+
+// The agent's endpoints on an address other hosts reach: without a token,
+// the launcher warns; with one, it does not (Kubernetes scrapes them so).
+TEST(DashboardFlags, AgentEndpointsBeyondTheLoopbackWithoutATokenAreWarnedAbout) {
+  TempDir dir;
+  const CommandResult open = run_gradmesh("launch --nproc-per-node 1 --dashboard off --agent-port 0 --agent-host 0.0.0.0 -- true",
+                                          dir.path());
+  EXPECT_EQ(open.exit_code, 0) << open.err;
+  EXPECT_NE(open.err.find("listen on 0.0.0.0 without a token"), std::string::npos) << open.err;
+  dir.write("token", "s3cret-token-of-the-agent\n");
+  ::chmod(dir.file("token").c_str(), 0600);
+  const CommandResult closed = run_gradmesh("launch --nproc-per-node 1 --dashboard off --agent-port 0 --agent-host 0.0.0.0 "
+                                            "--token-file token -- true", dir.path());
+  EXPECT_EQ(closed.exit_code, 0) << closed.err;
+  EXPECT_NE(closed.err.find("bearer token required"), std::string::npos) << closed.err;
+  EXPECT_EQ(closed.err.find("without a token"), std::string::npos) << closed.err;
 }
 
 // The launcher's Prometheus endpoint while a run trains: the run's figures

@@ -6,112 +6,35 @@
 // (validate/etcd.js); broken manifests are rejected; the job's config is one
 // gradmesh accepts; and the launcher honours the variables Kubeflow's
 // PyTorchJob sets.
-// Skipped, saying why, where kubectl (with kustomize 4 or later), Node.js or
-// the validator's packages (scripts/install-deps.sh) are missing.
+// Skipped, saying why, where kubectl, Node.js or the validator's packages
+// are missing (manifests_fixture.h). The production rules (validate/rules.js)
+// have their own file, kubernetes_rules_test.cc.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
-#include <vector>
 
-#include "cli/run_command.h"
-#include "support/temp_dir.h"
+#include "deploy/manifests_fixture.h"
 
 namespace gradmesh::testing {
 namespace {
 
-const std::string kDeploy = GRADMESH_SOURCE_DIR "/deploy/k8s";
-
-std::string missing_tool() {
-  const CommandResult node = run_shell("node --version", "/tmp");
-  if (node.exit_code != 0) return "node (Node.js) is not installed";
-  if (!std::filesystem::exists(kDeploy + "/validate/node_modules/kubernetes-models"))
-    return "deploy/k8s/validate has no node_modules (scripts/install-deps.sh runs npm ci there)";
-  const CommandResult kubectl = run_shell("kubectl version --client", "/tmp");
-  if (kubectl.exit_code != 0) return "kubectl is not installed";
-  std::smatch m;
-  const std::regex version("Kustomize Version: v(\\d+)");
-  if (!std::regex_search(kubectl.out, m, version) || std::stoi(m[1]) < 4)
-    return "kubectl's kustomize is older than v4 (the manifests use its labels and patches fields)";
-  return "";
-}
-
-class KubernetesManifests : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string missing = missing_tool();
-    if (!missing.empty()) GTEST_SKIP() << "skipped: " << missing;
-    for (const char* command : {"launch", "train", "serve"}) {
-      const CommandResult r = run_gradmesh(std::string(command) + " --help", dir_.path());
-      ASSERT_EQ(r.exit_code, 0) << r.err;
-      std::ofstream(dir_.file(std::string(command) + ".help")) << r.out;
-    }
-  }
-
-  // Renders `variant` (under deploy/k8s, or absolute) into rendered.yaml;
-  // returns kustomize's exit code.
-  int render(const std::string& variant) {
-    const std::string path = variant.front() == '/' ? variant : kDeploy + "/" + variant;
-    const CommandResult r = run_shell("kubectl kustomize '" + path + "'", dir_.path());
-    EXPECT_EQ(r.err, "") << variant;
-    std::ofstream(dir_.file("rendered.yaml")) << r.out;
-    return r.exit_code;
-  }
-
-  CommandResult validate(const std::string& file = "rendered.yaml") {
-    return run_shell("node '" + kDeploy + "/validate/validate.js' --launch-help launch.help --train-help train.help "
-                     "--serve-help serve.help " + file, dir_.path());
-  }
-
-  // rendered.yaml with `from` replaced by `to` (once, which must be found;
-  // the first after `after` when given), as broken.yaml.
-  void break_rendering(const std::string& from, const std::string& to, const std::string& after = "") {
-    std::string text = read_file(dir_.file("rendered.yaml"));
-    const size_t start = text.find(after);
-    ASSERT_NE(start, std::string::npos) << after;
-    const size_t at = text.find(from, start);
-    ASSERT_NE(at, std::string::npos) << from;
-    text.replace(at, from.size(), to);
-    std::ofstream(dir_.file("broken.yaml")) << text;
-  }
-
-  // One launcher's arguments (a line of --launch-args' JSON) for a local
-  // run: quoted for the shell, with the token, the agent's port and the
-  // $(VARS) replaced by local stand-ins, and the store by a local file store
-  // unless `keep_store`.
-  std::string local_launch_args(std::string line, const std::string& stand_in, bool keep_store) {
-    std::string args;
-    for (std::smatch m; std::regex_search(line, m, std::regex("\"((?:[^\"\\\\]|\\\\.)*)\"")); line = m.suffix()) {
-      std::string arg = m[1];
-      if (!keep_store && arg.rfind("--rdzv-endpoint=", 0) == 0) arg = "--rdzv-endpoint=file://" + dir_.file("store");
-      if (arg.rfind("--token-file=", 0) == 0) arg = "--token-file=" + dir_.file("agent-token");
-      if (arg.rfind("--agent-port=", 0) == 0) arg = "--agent-port=0";
-      arg = std::regex_replace(arg, std::regex("\\$\\([A-Z_]+\\)"), stand_in);
-      args += " '" + arg + "'";
-    }
-    return args;
-  }
-
-  TempDir dir_;
-};
-
 TEST_F(KubernetesManifests, EveryVariantRendersAndValidates) {
-  // The etcd component on the gpu overlay, as docs/kubernetes.md tells users
-  // to write it (kustomize takes only relative paths).
-  const std::string gpu_etcd = dir_.file("gpu-etcd");
-  std::filesystem::create_directories(gpu_etcd);
-  const std::string k8s = std::filesystem::relative(kDeploy, gpu_etcd).string();
-  std::ofstream(gpu_etcd + "/kustomization.yaml") << "resources:\n  - " << k8s << "/overlays/gpu\n"
-                                                  << "components:\n  - " << k8s << "/components/etcd\n";
-  for (const std::string variant : {"overlays/cpu", "overlays/gpu", "pytorchjob", "overlays/etcd", gpu_etcd.c_str()}) {
+  // The etcd component on the gpu overlay, and the monitoring one on the
+  // cpu overlay, as docs/kubernetes.md tells users to add them.
+  const std::string monitoring = compose("cpu-monitoring", "overlays/cpu", "components/monitoring");
+  const std::string gpu_etcd = compose("gpu-etcd", "overlays/gpu", "components/etcd");
+  for (const std::string variant : {"overlays/cpu", "overlays/gpu", "pytorchjob", "overlays/etcd", monitoring.c_str(),
+                                    gpu_etcd.c_str()}) {
     ASSERT_EQ(render(variant), 0) << variant;
     const CommandResult r = validate();
     EXPECT_EQ(r.exit_code, 0) << variant << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find("objects valid"), std::string::npos) << r.out;
+    if (variant == monitoring) {
+      EXPECT_NE(read_file(dir_.file("rendered.yaml")).find("kind: ServiceMonitor"), std::string::npos);
+    }
   }
   const std::string rendered = read_file(dir_.file("rendered.yaml"));
   EXPECT_NE(rendered.find("nvidia.com/gpu: \"2\""), std::string::npos);
@@ -121,25 +44,15 @@ TEST_F(KubernetesManifests, EveryVariantRendersAndValidates) {
 
 TEST_F(KubernetesManifests, BrokenManifestsAreRejectedWithTheReason) {
   ASSERT_EQ(render("overlays/cpu"), 0);
-  const struct {
-    const char* from;
-    const char* to;
-    const char* reason;
-  } cases[] = {
-      {"--agent-port=29400", "--agent-prt=29400", "gradmesh launch has no flag --agent-prt"},
-      {"completions: 4", "completions: four", "must be integer"},
-      {"name: GRADMESH_REDIS_PASSWORD_FILE", "name: GRADMESH_REDIS_PASSWORD", "holds a literal value"},
-      {"--rdzv-id=$(JOB_UID)", "--rdzv-id=$(POD_INDEX)", "$(POD_INDEX)"},
-      {"terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 30", "must exceed --grace-period"},
-      {"--resume=auto", "--epochs-nope", "gradmesh train has no flag --epochs-nope"},
-      {"completionMode: Indexed", "completionMode: NonIndexed", "must be Indexed"},
-  };
-  for (const auto& c : cases) {
-    break_rendering(c.from, c.to);
-    const CommandResult r = validate("broken.yaml");
-    EXPECT_EQ(r.exit_code, 1) << c.from << " -> " << c.to;
-    EXPECT_NE(r.out.find(c.reason), std::string::npos) << c.from << " -> " << c.to << "\n" << r.out;
-  }
+  expect_rejected({
+      {"", "--agent-port=29400", "--agent-prt=29400", "gradmesh launch has no flag --agent-prt"},
+      {"", "completions: 4", "completions: four", "must be integer"},
+      {"", "name: GRADMESH_REDIS_PASSWORD_FILE", "name: GRADMESH_REDIS_PASSWORD", "holds a literal value"},
+      {"", "--rdzv-id=$(JOB_UID)", "--rdzv-id=$(POD_INDEX)", "$(POD_INDEX)"},
+      {"", "terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 30", "must exceed --grace-period"},
+      {"", "--resume=auto", "--epochs-nope", "gradmesh train has no flag --epochs-nope"},
+      {"", "completionMode: Indexed", "completionMode: NonIndexed", "must be Indexed"},
+  });
 }
 
 // The etcd variant's own checks (validate/etcd.js), each on a rendering
@@ -148,12 +61,7 @@ TEST_F(KubernetesManifests, BrokenEtcdManifestsAreRejectedWithTheReason) {
   ASSERT_EQ(render("overlays/etcd"), 0);
   const std::string kMembers =
       "gradmesh-etcd-0.gradmesh-etcd:2379,gradmesh-etcd-1.gradmesh-etcd:2379,gradmesh-etcd-2.gradmesh-etcd:2379";
-  const struct {
-    const char* after;  // where the edit starts looking for `from`
-    std::string from;
-    std::string to;
-    const char* reason;
-  } cases[] = {
+  expect_rejected({
       {"kind: StatefulSet", "replicas: 3", "replicas: 2", "needs 3, 5 or 7 members"},
       {"", "gradmesh-etcd-2=http://gradmesh-etcd-2.gradmesh-etcd:2380", "gradmesh-etcd-3=http://gradmesh-etcd-3.gradmesh-etcd:2380",
        "--initial-cluster names gradmesh-etcd-0, gradmesh-etcd-1, gradmesh-etcd-3, but the pods are"},
@@ -184,19 +92,13 @@ TEST_F(KubernetesManifests, BrokenEtcdManifestsAreRejectedWithTheReason) {
        "GRADMESH_ETCD_CACERT with a plain etcd:// endpoint"},
       {"      volumes:", "- name: agent-token", "- name: redis-password\n        secret:\n          secretName: gradmesh-redis\n      - name: agent-token",
        "mounts the Secret gradmesh-redis"},
-  };
-  for (const auto& c : cases) {
-    break_rendering(c.from, c.to, c.after);
-    const CommandResult r = validate("broken.yaml");
-    EXPECT_EQ(r.exit_code, 1) << c.from << " -> " << c.to;
-    EXPECT_NE(r.out.find(c.reason), std::string::npos) << c.from << " -> " << c.to << "\n" << r.out;
-  }
-  // Redis left beside etcd: the base's Deployment and Service, as they were.
+  });
+  // Redis left beside etcd: the base's StatefulSet and Service, as they were.
   std::ofstream(dir_.file("broken.yaml")) << read_file(dir_.file("rendered.yaml")) << "---\n"
                                           << read_file(kDeploy + "/base/redis.yaml");
   const CommandResult r = validate("broken.yaml");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("Deployment/gradmesh-redis: a Redis store is rendered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("StatefulSet/gradmesh-redis: a Redis store is rendered"), std::string::npos) << r.out;
 }
 
 // The launcher's own checks on the pods' arguments (flag combinations the

@@ -31,19 +31,39 @@ function selects(selector, labels) {
   return true;
 }
 
-// Every pod template among the objects: [{where, labels, spec}].
+// Every pod template among the objects: [{where, labels, annotations, spec,
+// object}], `object` the Deployment, Job, ... that holds it.
 function podTemplates(objects) {
   const templates = [];
+  const add = (where, template, object) => {
+    const meta = (template && template.metadata) || {};
+    templates.push({ where, labels: meta.labels || {}, annotations: meta.annotations || {},
+                     spec: (template && template.spec) || {}, object });
+  };
   for (const o of objects) {
     const name = `${o.kind}/${o.metadata && o.metadata.name}`;
     if (["Deployment", "StatefulSet", "Job", "DaemonSet"].includes(o.kind) && o.spec && o.spec.template)
-      templates.push({ where: name, labels: (o.spec.template.metadata || {}).labels || {}, spec: o.spec.template.spec || {} });
+      add(name, o.spec.template, o);
     if (o.kind === "PyTorchJob")
       for (const [role, spec] of Object.entries((o.spec || {}).pytorchReplicaSpecs || {}))
-        templates.push({ where: `${name} ${role}`, labels: (spec.template.metadata || {}).labels || {},
-                         spec: spec.template.spec || {} });
+        add(`${name} ${role}`, spec.template, o);
   }
   return templates;
+}
+
+// A pod spec's containers, init containers included: [{kind, container}].
+function allContainers(pod) {
+  return [...(pod.initContainers || []).map((c) => ({ kind: "init container", container: c })),
+          ...(pod.containers || []).map((c) => ({ kind: "container", container: c }))];
+}
+
+// A resource quantity ("500m", "4", "8Gi", "1G") in its base unit (cores,
+// bytes); NaN when it is none.
+function quantity(q) {
+  const m = /^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(q === undefined ? "" : q));
+  if (!m) return NaN;
+  const scale = { m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+  return Number(m[1]) * (m[2] ? scale[m[2]] : 1);
 }
 
 // The volume of this kind (secret, configMap, persistentVolumeClaim, ...)
@@ -79,4 +99,4 @@ function admits(objects, to, containers, from, port) {
       (!rule.ports || rule.ports.length === 0 || rule.ports.some(portMatches))));
 }
 
-module.exports = { valueOf, selects, podTemplates, mountedFrom, portNumber, admits };
+module.exports = { valueOf, selects, podTemplates, allContainers, quantity, mountedFrom, portNumber, admits };

@@ -13,9 +13,14 @@
 //     Service, a grace period longer than the agent's, a mounted config;
 //  3. the server's token and probes, the autoscaler's target, the network
 //     policies' selection, an etcd cluster that forms and survives a node
-//     (etcd.js), and every pod non-root with resource requests.
+//     (etcd.js), and every pod non-root with resource requests;
+//  4. how the objects fare on a real cluster (rules.js): pinned images,
+//     spread, cores and memory as requested, disruption budgets, the oldest
+//     Kubernetes they run on (versions.js), the agent's metrics behind its
+//     token, Secret files' modes.
 //
 // usage: validate.js --launch-help FILE --train-help FILE --serve-help FILE [--launch-args OUT] RENDERED.yaml
+//        validate.js --rules   (the rule table, as Markdown)
 // (--launch-args: append each launcher's arguments before `--` to OUT, one
 // JSON array per line, for a test to run them through gradmesh launch)
 // Exit 0 when every check passes; 1 with one line per problem otherwise.
@@ -24,8 +29,13 @@ const fs = require("fs");
 const YAML = require("yaml");
 const { valueOf, selects, podTemplates, mountedFrom, portNumber, admits } = require("./objects");
 const etcd = require("./etcd");
+const { runRules, ruleTable } = require("./rules");
 
 const args = process.argv.slice(2);
+if (args.length === 1 && args[0] === "--rules") {
+  console.log(ruleTable());
+  process.exit(0);
+}
 const opts = {};
 const files = [];
 for (let i = 0; i < args.length; i++) {
@@ -43,8 +53,8 @@ const help = {
 };
 
 const problems = [];
-const fail = (where, what) => {
-  const line = `${where}: ${what}`;
+const fail = (where, what, rule) => {
+  const line = `${where}: ${what}${rule ? ` [${rule}]` : ""}`;
   if (!problems.includes(line)) problems.push(line);  // once, however many launchers share the cause
 };
 
@@ -75,7 +85,8 @@ const docs = YAML.parseAllDocuments(fs.readFileSync(files[0], "utf8")).map((d) =
 const objects = docs.filter((o) => o && typeof o === "object");
 if (objects.length === 0) fail(files[0], "no objects");
 const named = (kind, name) => objects.find((o) => o.kind === kind && o.metadata && o.metadata.name === name);
-const ctx = { objects, fail };
+const launcherPods = [];  // what rules.js asks of each launcher: see checkLauncher
+const ctx = { objects, fail, named, launchers: launcherPods };
 
 for (const o of objects) {
   const where = `${o.kind}/${o.metadata && o.metadata.name}`;
@@ -94,6 +105,13 @@ for (const o of objects) {
       const names = ((spec.template.spec || {}).containers || []).map((c) => c.name);
       if (!names.includes("pytorch")) fail(where, `${role}: the operator needs a container named "pytorch"`);
     }
+  } else if (key === "monitoring.coreos.com/v1/ServiceMonitor") {
+    // The Prometheus Operator's CRD: the fields the rules read, by hand.
+    const spec = o.spec || {};
+    if (!spec.selector || typeof spec.selector !== "object") fail(where, "needs spec.selector");
+    if (!Array.isArray(spec.endpoints) || spec.endpoints.length === 0) fail(where, "needs spec.endpoints");
+    for (const e of spec.endpoints || [])
+      if (typeof e.port !== "string") fail(where, "each endpoint names its Service port (port: NAME)");
   } else {
     fail(where, `no schema for ${key}`);
   }
@@ -135,13 +153,15 @@ function checkRedisStore(where, pod, container, endpoint, labels) {
   else if (!reach) fail(where, `the network policies do not let the launchers reach ${backend.where} on port ${target}`);
 }
 
-function checkLauncher(where, pod, container, job, labels) {
+function checkLauncher(where, pod, container, job, labels, owner) {
   const all = [...(container.command || []), ...(container.args || [])];
   const split = all.indexOf("--");
   const launch = split < 0 ? all : all.slice(0, split);
   if (opts["launch-args"]) fs.appendFileSync(opts["launch-args"], JSON.stringify(launch) + "\n");
   const worker = split < 0 ? [] : all.slice(split + 1);
   if (!launch.includes("launch")) return fail(where, "does not run gradmesh launch");
+  const record = { where, pod, container, job, labels, owner, launch, configName: "", configText: "" };
+  launcherPods.push(record);
   for (const flag of flagsOf(launch))
     if (!knownFlag(help.launch, flag)) fail(where, `gradmesh launch has no flag ${flag}`);
   if (worker[0] !== "gradmesh" || worker[1] !== "train") fail(where, "the worker command is not gradmesh train");
@@ -165,7 +185,6 @@ function checkLauncher(where, pod, container, job, labels) {
   const token = valueOf(launch, "--token-file");
   if (!port) fail(where, "no --agent-port: the probes have nothing to ask");
   if (!token || !mountedFrom(pod, container, token, "secret")) fail(where, "--token-file must be mounted from a Secret");
-  if (valueOf(launch, "--agent-host")) fail(where, "--agent-host: the agent's endpoints stay on the pod's loopback");
   const probes = ["livenessProbe", "readinessProbe", "startupProbe"].filter((p) => container[p]);
   if (!probes.includes("livenessProbe")) fail(where, "no liveness probe");
   for (const p of probes) {
@@ -182,6 +201,7 @@ function checkLauncher(where, pod, container, job, labels) {
     const cm = named("ConfigMap", configMap.name);
     const key = config.split("/").pop();
     if (!cm || !(cm.data || {})[key]) fail(where, `ConfigMap ${configMap.name} has no ${key}`);
+    else Object.assign(record, { configName: key, configText: cm.data[key] });
   }
   if (!worker.some((a) => a === "--resume=auto" || a === "auto"))
     fail(where, "gradmesh train needs --resume auto: a restarted pod continues from the latest checkpoint");
@@ -222,7 +242,7 @@ for (const o of objects) {
   for (const [name, template, job] of templates) {
     for (const c of template.spec.containers || []) {
       launchers++;
-      checkLauncher(`${o.kind}/${name} container ${c.name}`, template.spec, c, job, (template.metadata || {}).labels || {});
+      checkLauncher(`${o.kind}/${name} container ${c.name}`, template.spec, c, job, (template.metadata || {}).labels || {}, o);
     }
   }
 }
@@ -265,6 +285,9 @@ for (const t of podTemplates(objects)) {
     if (!requests.cpu || !requests.memory) fail(`${t.where} container ${c.name}`, "needs cpu and memory requests");
   }
 }
+
+// --- 4. on a real cluster (rules.js) ---------------------------------------------
+runRules(ctx);
 
 if (problems.length) {
   for (const p of problems) console.log(p);

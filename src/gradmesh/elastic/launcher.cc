@@ -321,6 +321,9 @@ std::unique_ptr<AgentHttpServer> start_agent_endpoints(const LaunchOptions& o,
   auto server = std::make_unique<AgentHttpServer>(http, status);
   say("agent endpoints at " + server->url() + " (/healthz, /readyz, /status, /metrics" +
       (http.token.empty() ? ")" : "; bearer token required)"));
+  if (!is_loopback_host(o.agent_host) && http.token.empty())
+    say("warning: the agent's endpoints listen on " + o.agent_host +
+        " without a token: whoever reaches that address reads the run's figures; give --token-file");
   return server;
 }
 
