@@ -48,6 +48,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # grpcio with stubs protoc makes from serve/grpc_service.proto, a client
   # that shares no code with the server.
   packages+=(python3-grpcio python3-protobuf protobuf-compiler)
+  # A real Prometheus scrapes the agent's /metrics with the Job's token
+  # (tests/deploy/kubernetes_rules_test.cc); without it that part is skipped.
+  packages+=(prometheus curl)
 fi
 
 # The deployment checks (tests/deploy): Node.js for the offline schema
