@@ -200,7 +200,9 @@ std::vector<std::string> file_lines(const std::string& path) {
 // complete chunked response. The feed polls every 10 s here, so only the
 // last read can have seen what the run wrote just before it ended.
 TEST(Dashboard, APageOpenAtTheEndGetsEveryLineTheFinishedEventAndACleanEnd) {
-  for (const int lines : {1, 300, 40'000}) {  // 40,000 lines: more than one read's 4 MiB
+  // 5,000 lines of 1 kB: more than one read's 4 MiB.
+  const std::string padding(900, 'x');
+  for (const int lines : {1, 300, 5'000}) {
     SCOPED_TRACE(std::to_string(lines) + " lines");
     Dashboard d(size_t{32} << 20, std::chrono::seconds(10));
     std::string received;
@@ -227,7 +229,14 @@ TEST(Dashboard, APageOpenAtTheEndGetsEveryLineTheFinishedEventAndACleanEnd) {
     // The run: its path published and its lines written, then its end, at once.
     d.publish(d.metrics);
     append_line(d.metrics, R"({"type":"run","run_id":"run1","model":"mlp","time":1.0})");
-    for (int step = 1; step < lines; ++step) append_line(d.metrics, step_line(step));
+    {
+      std::ofstream out(d.metrics, std::ios::app | std::ios::binary);
+      for (int step = 1; step < lines; ++step) {
+        std::string line = step_line(step);
+        if (lines > 1000) line.insert(line.size() - 1, ",\"note\":\"" + padding + "\"");
+        out << line << "\n";
+      }
+    }
     d.status->finished(0, "every worker exited with status 0");
     EXPECT_TRUE(d.feed->finish(std::chrono::seconds(10)));
     EXPECT_TRUE(d.server->finish_streams(std::chrono::seconds(10)));
