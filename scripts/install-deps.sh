@@ -10,6 +10,7 @@ packages=(
   cmake ninja-build g++ make pkg-config   # build
   libopenblas-dev                         # GEMM (cblas_sgemm)
   libdnnl-dev                             # bf16 GEMM (oneDNN matmul on AVX512_BF16 / AMX)
+  ocl-icd-opencl-dev                      # oneDNN's CMake package requires OpenCL, which libdnnl-dev only recommends
   libtomlplusplus-dev                     # config files
   nlohmann-json3-dev                      # safetensors headers, JSONL
   libcli11-dev                            # command line
