@@ -27,8 +27,8 @@
 // the steps a restart made the run train again. A marker's series (an index)
 // colours it as that series (two runs' restarts on one chart).
 //
-// Money and sizes read the same on every page (fmtMoney, fmtBytes): two
-// decimals, "< $0.01" below a cent, 3 significant digits with a unit.
+// Money and sizes read the same on every page and in the C++-written tables
+// (fmtMoney, fmtBytes; obs/metering.h).
 "use strict";
 const GradmeshCharts = (() => {
 const SVGNS = "http://www.w3.org/2000/svg";
