@@ -291,12 +291,15 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
   ReportTable t;
   t.title = "Side by side";
   t.header = {"", "A", "B", "B / A"};
-  // Each cell as `text` writes it (a number to `digits` places unless given).
-  using Text = std::function<std::string(double)>;
+  // Each cell as `text` writes it for its run (a number to `digits` places
+  // unless given); the ratio is always of the exact values.
+  using Text = std::function<std::string(double, const RunLog&)>;
   const auto row = [&](const std::string& label, std::optional<double> x, std::optional<double> y, int digits,
                        const Text& text = nullptr) {
-    const auto cell = [&](std::optional<double> v) { return !v ? "-" : text ? text(*v) : fixed(*v, digits); };
-    t.rows.push_back({label, cell(x), cell(y), x && y && *x != 0 ? fixed(*y / *x, 3) : "-"});
+    const auto cell = [&](std::optional<double> v, const RunLog& log) {
+      return !v ? "-" : text ? text(*v, log) : fixed(*v, digits);
+    };
+    t.rows.push_back({label, cell(x, a), cell(y, b), x && y && *x != 0 ? fixed(*y / *x, 3) : "-"});
   };
   t.rows.push_back({"model", field(a.run, "model") + " (" + field(a.run, "parameters") + ")",
                     field(b.run, "model") + " (" + field(b.run, "parameters") + ")", ""});
@@ -326,21 +329,15 @@ ReportContent comparison_content(const RunLog& a, const std::string& name_a, con
               return sum / static_cast<double>(log.steps.size());
             },
             3);
-  // Costs in each run's own currency; the ratio is of the exact amounts.
-  const auto cost_row = [&](const std::string& label, double (*of)(const Cost&)) {
-    const auto cell = [&](const RunLog& log) {
-      return log.usage ? money_text(of(log.usage->cost), log.usage->prices.currency) : std::string("-");
-    };
-    const bool ratio = a.usage && b.usage && of(a.usage->cost) != 0;
-    t.rows.push_back({label, cell(a), cell(b), ratio ? fixed(of(b.usage->cost) / of(a.usage->cost), 3) : "-"});
-  };
-  cost_row("cost: compute", [](const Cost& x) { return x.compute; });
-  cost_row("cost: storage", [](const Cost& x) { return x.storage; });
-  cost_row("cost: egress", [](const Cost& x) { return x.egress; });
-  cost_row("cost: total", [](const Cost& x) { return x.total(); });
+  // Costs in each run's own currency (usage() gives none without a usage line).
+  const Text money = [](double v, const RunLog& log) { return money_text(v, log.usage->prices.currency); };
+  compare("cost: compute", usage([](const UsageRecord& u) { return u.cost.compute; }), 0, money);
+  compare("cost: storage", usage([](const UsageRecord& u) { return u.cost.storage; }), 0, money);
+  compare("cost: egress", usage([](const UsageRecord& u) { return u.cost.egress; }), 0, money);
+  compare("cost: total", usage([](const UsageRecord& u) { return u.cost.total(); }), 0, money);
   compare("CPU core-seconds", usage([](const UsageRecord& u) { return u.total("cpu_seconds"); }), 1);
   compare("bytes sent to other hosts", usage([](const UsageRecord& u) { return u.total("inter_host_bytes"); }), 0,
-          [](double v) { return bytes_text(v); });
+          [](double v, const RunLog&) { return bytes_text(v); });
   if (a.usage && b.usage && a.usage->prices.currency != b.usage->prices.currency)
     c.notes.push_back("The runs' costs are in different currencies (" + a.usage->prices.currency + ", " +
                       b.usage->prices.currency + "): their ratio means nothing.");
